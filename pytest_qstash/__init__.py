@@ -1,0 +1,26 @@
+"""pytest-qstash: a faithful, in-process Upstash QStash for tests."""
+
+from __future__ import annotations
+
+from .durations import parse_duration_ms
+from .errors import AsyncContextError, DeliveryLoopError, QStashFakeError, UnroutedDeliveryError
+from .fake import FakeQStash
+from .state.models import Delivery, DlqEntry, Event, FlowControl, Message, MessageState
+from .state.url_groups import Endpoint, UrlGroup
+
+__all__ = [
+    "AsyncContextError",
+    "Delivery",
+    "DeliveryLoopError",
+    "DlqEntry",
+    "Endpoint",
+    "Event",
+    "FakeQStash",
+    "FlowControl",
+    "Message",
+    "MessageState",
+    "QStashFakeError",
+    "UnroutedDeliveryError",
+    "UrlGroup",
+    "parse_duration_ms",
+]

@@ -1,0 +1,130 @@
+"""What every endpoint shares: JSON answers, QStash-shaped errors, message serialisation."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import Any
+
+import httpx
+
+from ..state.models import Message
+from ..state.options import canonical
+
+
+class ApiError(Exception):
+    """Raised inside an endpoint; becomes ``status`` with ``{"error": message}``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def json_response(data: Any, status: int = 200) -> httpx.Response:
+    return httpx.Response(
+        status,
+        content=json.dumps(data, separators=(",", ":")).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+
+
+def error_response(status: int, message: str) -> httpx.Response:
+    return json_response({"error": message}, status)
+
+
+def empty_response(status: int = 200) -> httpx.Response:
+    return httpx.Response(status)
+
+
+def read_json(request: httpx.Request) -> Any:
+    if not request.content.strip():
+        return None
+    try:
+        return json.loads(request.content)
+    except ValueError as exc:
+        raise ApiError(400, f"invalid JSON body: {exc}") from None
+
+
+def header_map(headers: httpx.Headers, redact: tuple[str, ...] = ()) -> dict[str, list[str]]:
+    """Headers as QStash shows them: canonical names mapped to lists of values."""
+    out: dict[str, list[str]] = {}
+    redact_all = "header" in redact or "headers" in redact
+    for name, value in headers.multi_items():
+        shown = canonical(name)
+        if redact_all or _redacted_header(shown, redact):
+            value = redacted(value.encode())
+        out.setdefault(shown, []).append(value)
+    return out
+
+
+def _redacted_header(name: str, redact: tuple[str, ...]) -> bool:
+    lowered = name.lower()
+    for field in redact:
+        if "[" in field and field.split("[", 1)[1].rstrip("]").lower() == lowered:
+            return True
+    return False
+
+
+def redacted(data: bytes) -> str:
+    return "REDACTED:" + hashlib.sha256(data).hexdigest()
+
+
+def put_body(out: dict[str, Any], content: bytes, key: str = "body", redact: bool = False) -> None:
+    """``body`` when the bytes are UTF-8, else ``bodyBase64``; nothing for an empty body."""
+    if not content:
+        return
+    if redact:
+        out[key] = redacted(content)
+        return
+    try:
+        out[key] = content.decode("utf-8")
+    except UnicodeDecodeError:
+        out[key + "Base64"] = base64.b64encode(content).decode()
+
+
+def message_json(message: Message) -> dict[str, Any]:
+    """A message as ``GET /v2/messages/{id}`` (and the DLQ) shows it."""
+    out: dict[str, Any] = {
+        "messageId": message.message_id,
+        "url": message.url,
+        "method": message.method,
+        "maxRetries": message.max_retries,
+        "notBefore": message.not_before_ms,
+        "createdAt": message.created_ms,
+        "callerIP": message.caller_ip,
+        "callerIp": message.caller_ip,
+    }
+    if message.headers:
+        out["header"] = header_map(message.headers, message.redact)
+    put_body(out, message.content, redact="body" in message.redact)
+    optional: dict[str, Any] = {
+        "topicName": message.url_group,
+        "endpointName": message.endpoint_name,
+        "queueName": message.queue,
+        "scheduleId": message.schedule_id,
+        "callback": message.callback,
+        "failureCallback": message.failure_callback,
+        "retryDelayExpression": message.retry_delay,
+        "label": message.label,
+        "workflowRunId": message.workflow_run_id,
+    }
+    out.update({k: v for k, v in optional.items() if v is not None})
+    if message.label:
+        out["labels"] = [message.label]
+    if message.callback_headers:
+        out["callbackHeader"] = header_map(message.callback_headers)
+    if message.failure_callback_headers:
+        out["failureCallbackHeader"] = header_map(message.failure_callback_headers)
+    if message.timeout_ms is not None:
+        out["timeout"] = message.timeout_ms // 1000
+    fc = message.flow_control
+    if fc is not None and fc.key:
+        out["flowControlKey"] = fc.key
+        out["period"] = fc.period
+        if fc.parallelism is not None:
+            out["parallelism"] = fc.parallelism
+        if fc.rate is not None:
+            out["rate"] = fc.rate
+    return out

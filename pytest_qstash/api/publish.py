@@ -1,0 +1,160 @@
+"""Publishing: `/v2/publish/{destination}`, `/v2/enqueue/{queue}/{destination}`, `/v2/batch`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from ..state.models import Message
+from ..state.options import InvalidOption, MessageOptions, derived_options, parse_options
+from ..state.store import Store
+from ._http import ApiError, json_response, read_json
+
+INVALID_DESTINATION = (
+    "invalid destination url: endpoint has invalid scheme, add http:// or https://"
+)
+
+
+def publish(store: Store, request: httpx.Request, destination: str) -> httpx.Response:
+    return _answer(_publish(store, destination, request.headers, request.content, queue=None))
+
+
+def enqueue(store: Store, request: httpx.Request, queue: str, destination: str) -> httpx.Response:
+    _check_name(queue, "queue name")
+    return _answer(_publish(store, destination, request.headers, request.content, queue=queue))
+
+
+def batch(store: Store, request: httpx.Request) -> httpx.Response:
+    items = read_json(request)
+    if not isinstance(items, list):
+        raise ApiError(400, "invalid batch request: expected a JSON array of messages")
+    # Validate every item before creating any, so a bad item loses nothing already accepted.
+    prepared = [_batch_item(store, index, item) for index, item in enumerate(items)]
+    answers: list[Any] = []
+    for destination, headers, content, queue in prepared:
+        results = _publish(store, destination, headers, content, queue=queue)
+        answers.append(_shape(results))
+    return json_response(answers)
+
+
+# -- internals ------------------------------------------------------------------------------
+Result = tuple[Message, bool, str | None]  # message, deduplicated, group endpoint url
+Results = tuple[list[Result], bool]  # results, whether the destination was a URL group
+
+
+def _publish(
+    store: Store,
+    destination: str,
+    headers: Mapping[str, str],
+    content: bytes,
+    *,
+    queue: str | None,
+) -> Results:
+    opts = _options(headers)
+    if opts.queue is not None and queue is None:
+        queue = opts.queue
+    if destination.startswith(("http://", "https://")):
+        return [_create(store, destination, content, opts, queue=queue)], False
+    group = store.url_groups.get(destination)
+    if group is None or not group.endpoints:
+        raise ApiError(400, INVALID_DESTINATION)
+    results = [
+        _create(
+            store,
+            endpoint.url,
+            content,
+            opts,
+            queue=queue,
+            url_group=group.name,
+            endpoint_name=endpoint.name,
+        )
+        for endpoint in group.endpoints
+    ]
+    return results, True
+
+
+def _options(headers: Mapping[str, str]) -> MessageOptions:
+    try:
+        opts = parse_options(headers)
+        # Refuse bad callback options now, not when the callback is due.
+        parse_options(derived_options(opts.callback_headers, "upstash-callback-"))
+        parse_options(derived_options(opts.failure_callback_headers, "upstash-failure-callback-"))
+    except InvalidOption as exc:
+        raise ApiError(400, str(exc)) from None
+    return opts
+
+
+def _create(
+    store: Store,
+    url: str,
+    content: bytes,
+    opts: MessageOptions,
+    *,
+    queue: str | None,
+    url_group: str | None = None,
+    endpoint_name: str | None = None,
+) -> Result:
+    key = store.dedup_key(url, content, opts)
+    original = store.deduplicated(key)
+    if original is not None:
+        return original, True, url if url_group else None
+    message = store.create_message(
+        url, content, opts, queue=queue, url_group=url_group, endpoint_name=endpoint_name
+    )
+    store.remember_dedup(key, message)
+    return message, False, url if url_group else None
+
+
+def _shape(results: Results) -> Any:
+    items, is_group = results
+    shaped = []
+    for message, deduplicated, endpoint_url in items:
+        entry: dict[str, Any] = {"messageId": message.message_id}
+        if endpoint_url is not None:
+            entry["url"] = endpoint_url
+        if deduplicated:
+            entry["deduplicated"] = True
+        shaped.append(entry)
+    return shaped if is_group else shaped[0]
+
+
+def _answer(results: Results) -> httpx.Response:
+    # QStash answers 202 when the publish was deduplicated into an earlier message.
+    all_deduplicated = all(dedup for _, dedup, _ in results[0])
+    return json_response(_shape(results), 202 if all_deduplicated else 200)
+
+
+def _batch_item(
+    store: Store, index: int, item: Any
+) -> tuple[str, dict[str, str], bytes, str | None]:
+    if not isinstance(item, dict) or not isinstance(item.get("destination"), str):
+        raise ApiError(400, f"invalid batch item {index}: expected an object with a destination")
+    headers = item.get("headers") or {}
+    body = item.get("body")
+    queue = item.get("queue")
+    if not isinstance(headers, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        raise ApiError(400, f"invalid batch item {index}: headers must map names to strings")
+    if body is not None and not isinstance(body, str):
+        raise ApiError(400, f"invalid batch item {index}: body must be a string")
+    if queue is not None:
+        if not isinstance(queue, str):
+            raise ApiError(400, f"invalid batch item {index}: queue must be a string")
+        _check_name(queue, "queue name")
+    destination = item["destination"]
+    _options(headers)
+    if not destination.startswith(("http://", "https://")) and not (
+        destination in store.url_groups and store.url_groups[destination].endpoints
+    ):
+        raise ApiError(400, INVALID_DESTINATION)
+    return destination, headers, (body or "").encode(), queue
+
+
+def _check_name(name: str, what: str) -> None:
+    if not name or not all(c.isalnum() or c in "-_." for c in name):
+        raise ApiError(
+            400, f"invalid {what} {name!r}: only letters, digits, '-', '_' and '.' are allowed"
+        )

@@ -1,0 +1,83 @@
+"""URL groups: ``/v2/topics`` (the SDK's ``url_group``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from ..state.store import Store
+from ..state.url_groups import Endpoint, UrlGroup
+from ._http import ApiError, empty_response, json_response, read_json
+from .publish import _check_name
+
+
+def upsert_endpoints(store: Store, request: httpx.Request, name: str) -> httpx.Response:
+    _check_name(name, "url group name")
+    endpoints = _endpoints(read_json(request), need_url=True)
+    now = store.clock.now_ms
+    group = store.url_groups.setdefault(name, UrlGroup(name, now, now))
+    for endpoint in endpoints:
+        if not endpoint.url.startswith(("http://", "https://")):
+            raise ApiError(
+                400,
+                f"invalid endpoint url {endpoint.url!r}: endpoint has invalid scheme, "
+                "add http:// or https://",
+            )
+        group.upsert(endpoint, now)
+    return empty_response()
+
+
+def remove_endpoints(store: Store, request: httpx.Request, name: str) -> httpx.Response:
+    group = store.url_groups.get(name)
+    if group is None:
+        raise ApiError(404, f"url group {name} not found")
+    for endpoint in _endpoints(read_json(request), need_url=False):
+        group.remove(endpoint.url or None, endpoint.name, store.clock.now_ms)
+    if not group.endpoints:
+        del store.url_groups[name]  # QStash deletes a group once it is empty
+    return empty_response()
+
+
+def get_url_group(store: Store, request: httpx.Request, name: str) -> httpx.Response:
+    group = store.url_groups.get(name)
+    if group is None:
+        raise ApiError(404, f"url group {name} not found")
+    return json_response(_group_json(group))
+
+
+def list_url_groups(store: Store, request: httpx.Request) -> httpx.Response:
+    return json_response([_group_json(g) for g in store.url_groups.values()])
+
+
+def delete_url_group(store: Store, request: httpx.Request, name: str) -> httpx.Response:
+    store.url_groups.pop(name, None)
+    return empty_response()
+
+
+def _endpoints(body: Any, *, need_url: bool) -> list[Endpoint]:
+    raw = body.get("endpoints") if isinstance(body, dict) else None
+    if not isinstance(raw, list) or not raw:
+        raise ApiError(400, 'invalid body: expected {"endpoints": [{"url": ..., "name": ...}]}')
+    out = []
+    for item in raw:
+        url = item.get("url") if isinstance(item, dict) else None
+        name = item.get("name") if isinstance(item, dict) else None
+        if (need_url and not isinstance(url, str)) or (url is None and name is None):
+            raise ApiError(
+                400,
+                "invalid endpoint: each endpoint needs a url" + ("" if need_url else " or a name"),
+            )
+        out.append(Endpoint(url or "", name))
+    return out
+
+
+def _group_json(group: UrlGroup) -> dict[str, Any]:
+    return {
+        "name": group.name,
+        "createdAt": group.created_ms,
+        "updatedAt": group.updated_ms,
+        "endpoints": [
+            {"url": e.url, **({"name": e.name} if e.name else {})} for e in group.endpoints
+        ],
+    }

@@ -1,0 +1,250 @@
+"""Turns due events into signed HTTP deliveries and feeds their outcomes back into the store.
+
+One step is split in two, ``next_job`` (pop what is due, mark it ACTIVE, build the signed
+request) and ``finish`` (record the outcome, schedule a retry or fail, publish callbacks), so
+the sync and async loops share everything but the line that sends.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from ..errors import DeliveryLoopError, UnroutedDeliveryError
+from ..state.clock import VirtualClock
+from ..state.models import Delivery, DlqEntry, Message, MessageState, ms_to_datetime
+from ..state.options import derived_options, parse_options
+from ..state.store import AttemptResult, Store
+from .mounts import MountTable
+from .signing import sign
+from .transports import Outcome, Sender, Unrouted
+
+USER_AGENT = "Upstash-QStash"
+_MAX_SAME_INSTANT = 1000
+_MAX_PER_CALL = 1_000_000
+
+
+@dataclass(slots=True)
+class Job:
+    message: Message
+    request: httpx.Request
+    at_ms: int
+    previous_state: MessageState
+
+
+@dataclass
+class DispatchSettings:
+    signing_key: Callable[[], str]
+    raise_app_exceptions: bool = True
+    strict_routing: bool = True
+    #: True when the app's clock follows the virtual one; then tokens are minted on it.
+    app_clock_follows: bool = True
+    max_same_instant: int = _MAX_SAME_INSTANT
+    max_per_call: int = _MAX_PER_CALL
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        store: Store,
+        clock: VirtualClock,
+        mounts: MountTable,
+        sender: Sender,
+        settings: DispatchSettings,
+        on_time: Callable[[int], None],
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.mounts = mounts
+        self.sender = sender
+        self.settings = settings
+        self.deliveries: list[Delivery] = []
+        self._on_time = on_time  # keeps the app-visible clock on the virtual one
+        self._instant_ms = -1
+        self._instant_count = 0
+        self._recent: deque[tuple[str, str]] = deque(maxlen=5)
+
+    # -- the two loops ----------------------------------------------------------------------
+    def run(self, until_ms: int) -> list[Delivery]:
+        made: list[Delivery] = []
+        while (job := self.next_job(until_ms, len(made))) is not None:
+            try:
+                outcome = self.sender.send(job.request)
+            except Unrouted as exc:
+                outcome = self._unrouted(job, exc)
+            made.append(self.finish(job, outcome))
+        self.settle(until_ms)
+        return made
+
+    async def arun(self, until_ms: int) -> list[Delivery]:
+        made: list[Delivery] = []
+        while (job := self.next_job(until_ms, len(made))) is not None:
+            try:
+                outcome = await self.sender.asend(job.request)
+            except Unrouted as exc:
+                outcome = self._unrouted(job, exc)
+            made.append(self.finish(job, outcome))
+        self.settle(until_ms)
+        return made
+
+    # -- steps ------------------------------------------------------------------------------
+    def next_job(self, until_ms: int, made: int) -> Job | None:
+        while (event := self.clock.pop_due(until_ms)) is not None:
+            message = self.store.is_current(event.target, event.generation)
+            if message is None:
+                continue  # stale: cancelled, or rescheduled since
+            previous = message.state
+            self._guard(message, made)
+            self._on_time(self.clock.now_ms)
+            self.store.start_attempt(message)
+            return Job(message, self._request(message), self.clock.now_ms, previous)
+        return None
+
+    def finish(self, job: Job, outcome: Outcome) -> Delivery:
+        message = job.message
+        delivery = Delivery(
+            message_id=message.message_id,
+            url=message.url,
+            method=message.method,
+            headers=job.request.headers,
+            content=message.content,
+            at_ms=job.at_ms,
+            retried=message.retried,
+            status=outcome.status,
+            response_headers=outcome.headers,
+            response_content=outcome.content,
+            error=outcome.error,
+            exception=outcome.exception,
+        )
+        message.deliveries.append(delivery)
+        self.deliveries.append(delivery)
+        result = AttemptResult(outcome.status, outcome.headers, outcome.content, outcome.error)
+        dlq_entry = self.store.finish_attempt(message, result)
+        if message.callback:
+            self._callback(message, delivery, message.callback, "upstash-callback-")
+        if dlq_entry is not None and message.failure_callback:
+            self._callback(
+                message, delivery, message.failure_callback, "upstash-failure-callback-", dlq_entry
+            )
+        if outcome.exception is not None and self.settings.raise_app_exceptions:
+            raise outcome.exception
+        return delivery
+
+    def settle(self, until_ms: int) -> None:
+        if until_ms > self.clock.now_ms:
+            self.clock.move_to(until_ms)
+        self._on_time(self.clock.now_ms)
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _request(self, message: Message) -> httpx.Request:
+        headers = httpx.Headers(message.headers)
+        headers["User-Agent"] = USER_AGENT
+        headers["Upstash-Message-Id"] = message.message_id
+        headers["Upstash-Retried"] = str(message.retried)
+        if message.url_group:
+            headers["Upstash-Topic-Name"] = message.url_group
+        if message.schedule_id:
+            headers["Upstash-Schedule-Id"] = message.schedule_id
+        headers["Upstash-Caller-Ip"] = message.caller_ip
+        iat = self.clock.now_ms // 1000 if self.settings.app_clock_follows else int(time.time())
+        headers["Upstash-Signature"] = sign(
+            content=message.content,
+            url=message.url,
+            key=self.settings.signing_key(),
+            iat=iat,
+            jti=self.store.ids.jwt_id(),
+        )
+        content = message.content if message.content or message.method != "GET" else None
+        return httpx.Request(message.method, message.url, headers=headers, content=content)
+
+    def _unrouted(self, job: Job, exc: Unrouted) -> Outcome:
+        if self.settings.strict_routing:
+            self.store.requeue(job.message, job.previous_state)
+            raise UnroutedDeliveryError(
+                job.message.url, job.message.message_id, self.mounts.base_urls, exc.reason
+            ) from None
+        return Outcome(None, httpx.Headers(), b"", f"unrouted: {exc.reason}")
+
+    def _guard(self, message: Message, made: int) -> None:
+        if self.clock.now_ms != self._instant_ms:
+            self._instant_ms, self._instant_count = self.clock.now_ms, 0
+        self._instant_count += 1
+        self._recent.append((message.message_id, message.url))
+        too_many_now = self._instant_count > self.settings.max_same_instant
+        if not too_many_now and made < self.settings.max_per_call:
+            return
+        self.store.requeue(message, message.state)
+        recent = "; ".join(f"{mid} -> {url}" for mid, url in self._recent)
+        if too_many_now:
+            what = (
+                f"{self._instant_count - 1} deliveries at the same virtual instant "
+                f"{ms_to_datetime(self.clock.now_ms).isoformat()} without time moving"
+            )
+        else:
+            what = f"{made} deliveries in one call"
+        raise DeliveryLoopError(
+            f"delivery loop stopped after {what}: a handler seems to republish at once, "
+            f"forever. Most recent: {recent}. The messages are kept; raise the limit "
+            "(FakeQStash(max_deliveries_per_instant=...)) if this is intended."
+        )
+
+    def _callback(
+        self,
+        source: Message,
+        delivery: Delivery,
+        url: str,
+        prefix: str,
+        dlq_entry: DlqEntry | None = None,
+    ) -> None:
+        payload: dict[str, Any] = {
+            "status": delivery.status if delivery.status is not None else 0,
+            "header": _header_map(delivery.response_headers),
+            "body": base64.b64encode(delivery.response_content).decode(),
+            "retried": delivery.retried,
+            "maxRetries": source.max_retries,
+            "sourceMessageId": source.message_id,
+            "url": source.url,
+            "method": source.method,
+            "sourceHeader": _header_map(source.headers),
+            "sourceBody": base64.b64encode(source.content).decode(),
+            "notBefore": source.not_before_ms,
+            "createdAt": source.created_ms,
+            "callerIP": source.caller_ip,
+        }
+        for key, value in (
+            ("topicName", source.url_group),
+            ("endpointName", source.endpoint_name),
+            ("scheduleId", source.schedule_id),
+        ):
+            if value:
+                payload[key] = value
+        if dlq_entry is not None:
+            payload["dlqId"] = dlq_entry.dlq_id
+        if delivery.error and delivery.status is None:
+            payload["error"] = delivery.error
+        headers = derived_options(
+            source.failure_callback_headers if dlq_entry else source.callback_headers, prefix
+        )
+        opts = parse_options(headers)
+        opts.headers["Content-Type"] = opts.headers.get("Content-Type", "application/json")
+        self.store.create_message(
+            url,
+            json.dumps(payload, separators=(",", ":")).encode(),
+            opts,
+            callback_for=source.message_id,
+            max_retries=source.max_retries,
+        )
+
+
+def _header_map(headers: httpx.Headers) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for name, value in headers.multi_items():
+        out.setdefault("-".join(p.capitalize() for p in name.split("-")), []).append(value)
+    return out

@@ -1,0 +1,82 @@
+"""Which app answers a URL: the mount table (longest base URL wins) and app-kind detection."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+AppKind = Literal["asgi", "wsgi", "callable"]
+_KINDS = ("asgi", "wsgi", "callable")
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    base_url: str
+    app: Any
+    kind: AppKind
+
+    def matches(self, url: str) -> bool:
+        if not url.startswith(self.base_url):
+            return False
+        # "https://app.test/api" must not match "https://app.test/apiary".
+        rest = url[len(self.base_url) :]
+        return not rest or self.base_url.endswith("/") or rest[0] in "/?#"
+
+
+def detect_kind(app: Any) -> AppKind:
+    """ASGI apps take ``(scope, receive, send)`` and are async; WSGI apps take
+    ``(environ, start_response)``; anything else callable takes an ``httpx.Request``."""
+    if not callable(app):
+        raise TypeError(f"cannot mount {app!r}: it is not callable (expected an ASGI or WSGI app)")
+    call: Callable[..., Any] = app
+    is_async = inspect.iscoroutinefunction(call) or inspect.iscoroutinefunction(
+        getattr(call, "__call__", None)  # noqa: B004 - we want the bound __call__ of instances
+    )
+    try:
+        params = [
+            p
+            for p in inspect.signature(call).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        params = []
+    if len(params) == 3 and is_async:
+        return "asgi"
+    if len(params) == 2:
+        return "wsgi"
+    if len(params) == 3:
+        return "asgi"  # e.g. an ASGI app wrapped in a sync-looking decorator
+    return "callable"
+
+
+class MountTable:
+    def __init__(self) -> None:
+        self._mounts: list[Mount] = []
+
+    def add(self, base_url: str, app: Any, kind: str | None = None) -> Mount:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"cannot mount at {base_url!r}: expected an absolute http:// or https:// base URL"
+            )
+        if kind is not None and kind not in _KINDS:
+            raise ValueError(f"unknown app kind {kind!r}: expected one of {', '.join(_KINDS)}")
+        mount = Mount(base_url, app, kind if kind is not None else detect_kind(app))  # type: ignore[arg-type]
+        self._mounts = [m for m in self._mounts if m.base_url != base_url] + [mount]
+        # Longest base URL first, so the most specific mount answers.
+        self._mounts.sort(key=lambda m: len(m.base_url), reverse=True)
+        return mount
+
+    def remove(self, base_url: str) -> None:
+        self._mounts = [m for m in self._mounts if m.base_url != base_url]
+
+    def resolve(self, url: str) -> Mount | None:
+        for mount in self._mounts:
+            if mount.matches(url):
+                return mount
+        return None
+
+    @property
+    def base_urls(self) -> list[str]:
+        return [m.base_url for m in self._mounts]

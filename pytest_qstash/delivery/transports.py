@@ -1,0 +1,194 @@
+"""How a delivery reaches an app: ASGI, WSGI or a plain callable, from sync or async code.
+
+Sync tests drive ASGI apps through one AnyIO blocking portal (a loop on a helper thread, as
+Starlette's TestClient does), reused for the fake's lifetime. Async tests drive them on the
+test's own loop. URLs no app is mounted for go through httpx, so a user's respx routes or
+pytest-httpx can answer them; the network is only used for loopback hosts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import ipaddress
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+import httpx
+
+from .mounts import Mount, MountTable
+
+_ORIGINAL_HTTPX_HANDLE_REQUEST = httpx.HTTPTransport.handle_request
+_ORIGINAL_HTTPX_HANDLE_ASYNC_REQUEST = httpx.AsyncHTTPTransport.handle_async_request
+
+
+class Unrouted(Exception):
+    """Nothing could answer the request; the reason says what was tried."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one attempt produced: a response, or the exception the app raised."""
+
+    status: int | None
+    headers: httpx.Headers
+    content: bytes
+    error: str | None = None
+    exception: BaseException | None = None
+
+    @classmethod
+    def of_response(cls, response: httpx.Response) -> Outcome:
+        return cls(response.status_code, response.headers, response.content)
+
+    @classmethod
+    def of_exception(cls, exc: BaseException) -> Outcome:
+        # QStash sees a crashed handler as a 500 from the server.
+        return cls(500, httpx.Headers(), b"", f"{type(exc).__name__}: {exc}", exc)
+
+
+class Sender:
+    def __init__(self, mounts: MountTable, owner: object) -> None:
+        self._mounts = mounts
+        self._owner = owner  # our respx router, to tell the user's interceptors from ours
+        self._portal: anyio.from_thread.BlockingPortal | None = None
+        self._portal_cm: contextlib.AbstractContextManager[anyio.from_thread.BlockingPortal] | (
+            None
+        ) = None
+
+    # -- sync -------------------------------------------------------------------------------
+    def send(self, request: httpx.Request) -> Outcome:
+        mount = self._mounts.resolve(str(request.url))
+        if mount is None:
+            return self._send_unmounted(request)
+        try:
+            if mount.kind == "wsgi":
+                return _wsgi(mount, request)
+            if mount.kind == "asgi":
+                return self._blocking_portal().call(_asgi, mount, request)
+            result = mount.app(request)
+            if inspect.isawaitable(result):
+                result = self._blocking_portal().call(_awaited, result)
+            return _callable_outcome(result)
+        except Exception as exc:
+            return Outcome.of_exception(exc)
+
+    def _send_unmounted(self, request: httpx.Request) -> Outcome:
+        self._check_can_route(request)
+        try:
+            with httpx.Client() as client:
+                return Outcome.of_response(client.send(request))
+        except Exception as exc:
+            return _network_failure(exc)
+
+    # -- async ------------------------------------------------------------------------------
+    async def asend(self, request: httpx.Request) -> Outcome:
+        mount = self._mounts.resolve(str(request.url))
+        if mount is None:
+            return await self._asend_unmounted(request)
+        try:
+            if mount.kind == "asgi":
+                return await _asgi(mount, request)
+            if mount.kind == "wsgi":
+                return await anyio.to_thread.run_sync(_wsgi, mount, request)
+            result = mount.app(request)
+            if inspect.isawaitable(result):
+                result = await result
+            return _callable_outcome(result)
+        except Exception as exc:
+            return Outcome.of_exception(exc)
+
+    async def _asend_unmounted(self, request: httpx.Request) -> Outcome:
+        self._check_can_route(request)
+        try:
+            async with httpx.AsyncClient() as client:
+                return Outcome.of_response(await client.send(request))
+        except Exception as exc:
+            return _network_failure(exc)
+
+    # -- shared -----------------------------------------------------------------------------
+    def _check_can_route(self, request: httpx.Request) -> None:
+        if _is_loopback(request.url.host) or self._user_interceptors_active():
+            return
+        raise Unrouted("no respx route or pytest-httpx mock is active to answer it either")
+
+    def _user_interceptors_active(self) -> bool:
+        from respx.mocks import Mocker
+
+        for mocker in Mocker.registry.values():
+            if any(router is not self._owner for router in mocker.routers):
+                return True
+        return (
+            httpx.HTTPTransport.handle_request is not _ORIGINAL_HTTPX_HANDLE_REQUEST
+            or httpx.AsyncHTTPTransport.handle_async_request
+            is not _ORIGINAL_HTTPX_HANDLE_ASYNC_REQUEST
+        )
+
+    def _blocking_portal(self) -> anyio.from_thread.BlockingPortal:
+        if self._portal is None:
+            self._portal_cm = anyio.from_thread.start_blocking_portal()
+            self._portal = self._portal_cm.__enter__()
+        return self._portal
+
+    def close(self) -> None:
+        if self._portal_cm is not None:
+            cm, self._portal_cm, self._portal = self._portal_cm, None, None
+            cm.__exit__(None, None, None)
+
+
+async def _asgi(mount: Mount, request: httpx.Request) -> Outcome:
+    transport = httpx.ASGITransport(app=mount.app, raise_app_exceptions=True)
+    response = await transport.handle_async_request(request)
+    content = await response.aread()
+    return Outcome(response.status_code, response.headers, content)
+
+
+def _wsgi(mount: Mount, request: httpx.Request) -> Outcome:
+    transport = httpx.WSGITransport(app=mount.app, raise_app_exceptions=True)
+    response = transport.handle_request(request)
+    return Outcome(response.status_code, response.headers, response.read())
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+def _callable_outcome(result: Any) -> Outcome:
+    """A plain callable may answer an ``httpx.Response``, a status code, or None (200)."""
+    if result is None:
+        return Outcome(200, httpx.Headers(), b"")
+    if isinstance(result, httpx.Response):
+        result.read()
+        return Outcome.of_response(result)
+    if isinstance(result, int) and not isinstance(result, bool):
+        return Outcome(result, httpx.Headers(), b"")
+    raise TypeError(
+        f"a mounted callable returned {result!r}: expected an httpx.Response, an int status or None"
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _network_failure(exc: Exception) -> Outcome:
+    """A request no interceptor matched is unrouted; any other error (a respx side effect
+    raising ConnectError, a refused loopback port) is a failed attempt, as on QStash."""
+    name = type(exc).__name__
+    if name == "AllMockedAssertionError":
+        raise Unrouted("the active respx routes do not match it") from exc
+    if "No response can be found" in str(exc):
+        raise Unrouted("pytest-httpx has no response registered for it") from exc
+    return Outcome(None, httpx.Headers(), b"", f"{name}: {exc}")

@@ -1,0 +1,40 @@
+"""Errors a test can see from the fake itself (not from the QStash HTTP API)."""
+
+from __future__ import annotations
+
+
+class QStashFakeError(Exception):
+    """Base class of every error raised by pytest-qstash's Python API."""
+
+
+class UnroutedDeliveryError(QStashFakeError):
+    """A due message's URL matches no mount and nothing else answered it.
+
+    The message is not lost: it stays due, so mounting the app and calling ``tick()`` again
+    delivers it.
+    """
+
+    def __init__(self, url: str, message_id: str, mounts: list[str], reason: str) -> None:
+        self.url = url
+        self.message_id = message_id
+        self.mounts = mounts
+        mounted = ", ".join(mounts) if mounts else "nothing is mounted"
+        super().__init__(
+            f"{message_id} is due for {url}, but no mounted app matches that URL "
+            f"({reason}). Mounted: {mounted}. Mount the app with "
+            f"qstash.mount({_base_of(url)!r}, app), or answer it with a respx route."
+        )
+
+
+class DeliveryLoopError(QStashFakeError):
+    """A cascade of deliveries did not settle (e.g. a handler republishing itself at once)."""
+
+
+class AsyncContextError(QStashFakeError, RuntimeError):
+    """A blocking method was called inside a running event loop."""
+
+
+def _base_of(url: str) -> str:
+    scheme, _, rest = url.partition("://")
+    host = rest.split("/", 1)[0].split("?", 1)[0]
+    return f"{scheme}://{host}" if host else url

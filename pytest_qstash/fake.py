@@ -1,0 +1,274 @@
+"""``FakeQStash``: the in-process QStash a test talks to, with or without pytest."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from datetime import datetime, timezone
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from . import api
+from .appclock import AppClock, NoAppClock, make_app_clock
+from .delivery.dispatcher import Dispatcher, DispatchSettings
+from .delivery.mounts import MountTable
+from .delivery.transports import Sender
+from .durations import Duration, parse_duration_ms
+from .errors import AsyncContextError
+from .intercept import DEFAULT_HOSTS, QStashRouter
+from .state.account import Account
+from .state.clock import VirtualClock
+from .state.ids import IdGenerator
+from .state.models import Delivery, DlqEntry, Event, Message
+from .state.retry import DEFAULT_RETRIES
+from .state.store import DEFAULT_DEDUP_WINDOW_MS, Store
+from .state.url_groups import UrlGroup
+
+
+class FakeQStash:
+    """An in-memory QStash with a virtual clock.
+
+    Use it as the ``qstash`` fixture, or directly: ``with FakeQStash() as qstash:`` (or
+    ``async with``). While active it answers the QStash SDKs' HTTP calls, delivers messages
+    into mounted apps when told to (``tick``/``advance``), and keeps the app's clock on
+    ``qstash.now``.
+    """
+
+    def __init__(
+        self,
+        *,
+        start: datetime | str | float | None = None,
+        freeze_time: bool = True,
+        time_library: str = "auto",
+        raise_app_exceptions: bool = True,
+        strict: bool = True,
+        seed: int | str = 0,
+        default_retries: int = DEFAULT_RETRIES,
+        dedup_window: Duration = DEFAULT_DEDUP_WINDOW_MS / 1000,
+        max_deliveries_per_instant: int = 1000,
+        base_urls: list[str] | None = None,
+        token: str | None = None,
+        current_signing_key: str | None = None,
+        next_signing_key: str | None = None,
+    ) -> None:
+        self.freeze_time = freeze_time
+        self.raise_app_exceptions = raise_app_exceptions
+        self.strict = strict
+        self.clock = VirtualClock(_start_ms(start))
+        self.account = Account(token, current_signing_key, next_signing_key)
+        self.store = Store(
+            self.clock,
+            IdGenerator(seed),
+            self.account,
+            default_retries=default_retries,
+            dedup_window_ms=parse_duration_ms(dedup_window, what="dedup_window"),
+        )
+        self.mounts = MountTable()
+        urls = [*(f"https://{h}" for h in DEFAULT_HOSTS), *(base_urls or [])]
+        if os.environ.get("QSTASH_URL"):
+            urls.append(os.environ["QSTASH_URL"])
+        self.router = QStashRouter(self.handle, urls)
+        self._sender = Sender(self.mounts, self.router)
+        self._app_clock: AppClock = make_app_clock(time_library) if freeze_time else NoAppClock()
+        self._dispatcher = Dispatcher(
+            self.store,
+            self.clock,
+            self.mounts,
+            self._sender,
+            DispatchSettings(
+                signing_key=lambda: self.account.current_signing_key,
+                raise_app_exceptions=raise_app_exceptions,
+                strict_routing=strict,
+                app_clock_follows=freeze_time,
+                max_same_instant=max_deliveries_per_instant,
+            ),
+            on_time=self._app_clock.move_to,
+        )
+        self._active = False
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> FakeQStash:
+        if not self._active:
+            self._app_clock.start(self.clock.now_ms)
+            self.router.start()
+            self._active = True
+        return self
+
+    def stop(self) -> None:
+        if self._active:
+            self._active = False
+            try:
+                self.router.stop(quiet=True)
+            finally:
+                self._app_clock.stop()
+                self._sender.close()
+
+    def __enter__(self) -> FakeQStash:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> FakeQStash:
+        return self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def active(self) -> bool:
+        return self._active
+
+    # -- wiring -----------------------------------------------------------------------------
+    def mount(self, base_url: str, app: Any, *, kind: str | None = None) -> Any:
+        """Deliver messages whose URL starts with ``base_url`` into ``app`` (ASGI, WSGI, or a
+        callable taking an ``httpx.Request``; ``kind`` overrides detection). The longest
+        matching base URL wins. Returns ``app``."""
+        self.mounts.add(base_url, app, kind)
+        return app
+
+    def unmount(self, base_url: str) -> None:
+        self.mounts.remove(base_url)
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        """Answer one QStash API request (what the interception calls)."""
+        return api.handle(self.store, request)
+
+    @property
+    def transport(self) -> httpx.MockTransport:
+        """A transport answering QStash API requests, for clients built without patching."""
+        return httpx.MockTransport(self.handle)
+
+    # -- time -------------------------------------------------------------------------------
+    @property
+    def now(self) -> datetime:
+        return self.clock.now
+
+    def tick(self) -> list[Delivery]:
+        """Deliver everything due now (and whatever that publishes for now), in order."""
+        _refuse_inside_loop("tick", "atick")
+        return self._dispatcher.run(self.clock.now_ms)
+
+    def advance(self, duration: Duration) -> list[Delivery]:
+        """Move time forward by ``duration``, delivering each due message at its own time."""
+        _refuse_inside_loop("advance", "aadvance")
+        return self._dispatcher.run(self._target(duration))
+
+    def advance_to(self, moment: datetime | str) -> list[Delivery]:
+        _refuse_inside_loop("advance_to", "aadvance_to")
+        return self._dispatcher.run(self._moment(moment))
+
+    async def atick(self) -> list[Delivery]:
+        return await self._dispatcher.arun(self.clock.now_ms)
+
+    async def aadvance(self, duration: Duration) -> list[Delivery]:
+        return await self._dispatcher.arun(self._target(duration))
+
+    async def aadvance_to(self, moment: datetime | str) -> list[Delivery]:
+        return await self._dispatcher.arun(self._moment(moment))
+
+    def next_due(self) -> datetime | None:
+        """When the next thing is due, or None when nothing is pending."""
+        for event in self.clock.pending():
+            if self.store.is_current(event.target, event.generation) is not None:
+                from .state.models import ms_to_datetime
+
+                return ms_to_datetime(event.due_ms)
+        return None
+
+    def _target(self, duration: Duration) -> int:
+        return self.clock.now_ms + parse_duration_ms(duration)
+
+    def _moment(self, moment: datetime | str) -> int:
+        ms = _start_ms(moment)
+        if ms < self.clock.now_ms:
+            raise ValueError(
+                f"cannot advance_to {moment!r}: it is before now ({self.now.isoformat()}); "
+                "time never goes backwards"
+            )
+        return ms
+
+    # -- what the test reads ----------------------------------------------------------------
+    @property
+    def messages(self) -> list[Message]:
+        return list(self.store.messages.values())
+
+    @property
+    def deliveries(self) -> list[Delivery]:
+        return list(self._dispatcher.deliveries)
+
+    @property
+    def dlq(self) -> list[DlqEntry]:
+        return list(self.store.dlq.values())
+
+    @property
+    def events(self) -> list[Event]:
+        return list(self.store.events)
+
+    @property
+    def url_groups(self) -> list[UrlGroup]:
+        return list(self.store.url_groups.values())
+
+    @property
+    def token(self) -> str:
+        return self.account.token
+
+    @property
+    def current_signing_key(self) -> str:
+        return self.account.current_signing_key
+
+    @property
+    def next_signing_key(self) -> str:
+        return self.account.next_signing_key
+
+    def __repr__(self) -> str:
+        pending = sum(1 for _ in self.store.pending())
+        return (
+            f"<FakeQStash now={self.now.isoformat()} messages={len(self.store.messages)} "
+            f"pending={pending} deliveries={len(self._dispatcher.deliveries)} "
+            f"dlq={len(self.store.dlq)}>"
+        )
+
+
+def _refuse_inside_loop(name: str, async_name: str) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise AsyncContextError(
+        f"qstash.{name}() blocks, and this code runs inside an event loop: "
+        f"use `await qstash.{async_name}(...)` here instead"
+    )
+
+
+def _start_ms(value: datetime | str | float | None) -> int:
+    if value is None:
+        return int(time.time() * 1000)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return round(value * 1000)
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(
+                f"invalid moment {value!r}: expected an ISO 8601 date-time such as "
+                '"2026-01-01T00:00:00Z", a datetime, or a unix timestamp'
+            ) from None
+    if not isinstance(value, datetime):
+        raise TypeError(f"invalid moment {value!r}: expected a datetime, ISO string or timestamp")
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)  # naive moments are read as UTC
+    return round(value.timestamp() * 1000)

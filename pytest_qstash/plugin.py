@@ -1,0 +1,123 @@
+"""The pytest layer: environment before collection, fixtures, the marker, failure reports."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator, Iterator
+from typing import Any
+
+import pytest
+
+from .appclock import LIBRARIES
+from .fake import FakeQStash
+from .report import timeline
+from .state.account import DEFAULT_ENV
+
+_FAKE_KEY = pytest.StashKey[FakeQStash]()
+
+#: Marker keywords and the FakeQStash argument each one sets.
+MARKER_OPTIONS = (
+    "start",
+    "freeze_time",
+    "time_library",
+    "raise_app_exceptions",
+    "strict",
+    "seed",
+    "default_retries",
+    "dedup_window",
+    "max_deliveries_per_instant",
+    "base_urls",
+)
+_BOOL_INI = {
+    "qstash_freeze_time": ("freeze_time", True),
+    "qstash_raise_app_exceptions": ("raise_app_exceptions", True),
+    "qstash_strict": ("strict", True),
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    for name, (option, default) in _BOOL_INI.items():
+        parser.addini(
+            name,
+            f"default for the qstash fixture's {option} (default {default})",
+            type="bool",
+            default=default,
+        )
+    parser.addini(
+        "qstash_time_library",
+        f"which library moves the app's clock: {', '.join(LIBRARIES)} (default auto)",
+        default="auto",
+    )
+    parser.addini("qstash_start", "the virtual clock's start (ISO 8601); default: real now")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Apps read these at import time, before any fixture runs: set them once, if unset.
+    for name, value in DEFAULT_ENV.items():
+        os.environ.setdefault(name, value)
+    config.addinivalue_line(
+        "markers",
+        "qstash(**options): settings for the qstash fixture, e.g. start='2026-01-01T00:00:00Z', "
+        "freeze_time=False, raise_app_exceptions=False, strict=False, default_retries=0",
+    )
+
+
+def _settings(request: pytest.FixtureRequest) -> dict[str, Any]:
+    config = request.config
+    settings: dict[str, Any] = {
+        option: config.getini(name) for name, (option, _) in _BOOL_INI.items()
+    }
+    settings["time_library"] = config.getini("qstash_time_library") or "auto"
+    if config.getini("qstash_start"):
+        settings["start"] = config.getini("qstash_start")
+    # Nearest marker wins: test over class over module.
+    for marker in reversed(list(request.node.iter_markers("qstash"))):
+        if marker.args:
+            raise pytest.UsageError(
+                "@pytest.mark.qstash takes keyword arguments only, e.g. "
+                "@pytest.mark.qstash(start='2026-01-01T00:00:00Z')"
+            )
+        unknown = set(marker.kwargs) - set(MARKER_OPTIONS)
+        if unknown:
+            raise pytest.UsageError(
+                f"unknown @pytest.mark.qstash option(s) {sorted(unknown)}: "
+                f"expected some of {', '.join(MARKER_OPTIONS)}"
+            )
+        settings.update(marker.kwargs)
+    return settings
+
+
+@pytest.fixture
+def qstash_apps() -> dict[str, Any]:
+    """Override to return ``{base_url: app}``; each app is mounted when the fake starts."""
+    return {}
+
+
+@pytest.fixture
+def qstash_fake(
+    request: pytest.FixtureRequest, qstash_apps: dict[str, Any]
+) -> Iterator[FakeQStash]:
+    """The fake QStash (also available as ``qstash``, for suites that own that name)."""
+    fake = FakeQStash(**_settings(request))
+    for base_url, app in qstash_apps.items():
+        fake.mount(base_url, app)
+    request.node.stash[_FAKE_KEY] = fake
+    with fake:
+        yield fake
+
+
+@pytest.fixture
+def qstash(qstash_fake: FakeQStash) -> FakeQStash:
+    """A fresh in-process QStash for this test: see ``pytest_qstash.FakeQStash``."""
+    return qstash_fake
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    fake = item.stash.get(_FAKE_KEY, None)
+    if fake is not None and report.failed and call.when == "call":
+        report.sections.append(("qstash", timeline(fake.store, len(fake.deliveries))))

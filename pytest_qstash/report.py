@@ -1,0 +1,56 @@
+"""A readable account of what the fake saw, shown when a test that used it fails."""
+
+from __future__ import annotations
+
+from .state.models import Message, ms_to_datetime
+from .state.store import Store
+
+_MAX_MESSAGES = 30
+
+
+def timeline(store: Store, deliveries_total: int) -> str:
+    lines = [
+        f"virtual time now: {ms_to_datetime(store.clock.now_ms).isoformat()}",
+        f"{len(store.messages)} message(s), {deliveries_total} delivery attempt(s), "
+        f"{len(store.dlq)} in the DLQ",
+    ]
+    messages = list(store.messages.values())
+    for message in messages[:_MAX_MESSAGES]:
+        lines.append(_message_line(message))
+        for delivery in message.deliveries:
+            outcome = (
+                f"-> {delivery.status}" if delivery.status is not None else f"-> {delivery.error}"
+            )
+            detail = ""
+            if delivery.error and delivery.status is not None:
+                detail = f" ({delivery.error})"
+            elif delivery.status is not None and not delivery.ok and delivery.response_content:
+                detail = f" {_short(delivery.response_body)}"
+            lines.append(
+                f"    {delivery.at.isoformat()} attempt retried={delivery.retried} "
+                f"{outcome}{detail}"
+            )
+    if len(messages) > _MAX_MESSAGES:
+        lines.append(f"... and {len(messages) - _MAX_MESSAGES} more message(s)")
+    return "\n".join(lines)
+
+
+def _message_line(message: Message) -> str:
+    extras = []
+    if message.queue:
+        extras.append(f"queue={message.queue}")
+    if message.url_group:
+        extras.append(f"url_group={message.url_group}")
+    if message.callback_for:
+        extras.append(f"callback for {message.callback_for}")
+    extra = f" [{', '.join(extras)}]" if extras else ""
+    return (
+        f"  {message.message_id} {message.method} {message.url} {message.state} "
+        f"retried={message.retried}/{message.max_retries} "
+        f"due={message.not_before.isoformat()}{extra} body={_short(message.body)}"
+    )
+
+
+def _short(text: str, limit: int = 80) -> str:
+    text = text.replace("\n", " ")
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")

@@ -1,0 +1,235 @@
+"""What the fake keeps in memory: plain objects a test reads, knowing nothing of HTTP.
+
+Times are stored as integer milliseconds since the epoch (exact, cheap to compare); the
+``datetime`` views users read are derived on access.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+import httpx
+
+MessageState = Literal[
+    "CREATED", "ACTIVE", "RETRY", "ERROR", "DELIVERED", "FAILED", "CANCEL_REQUESTED", "CANCELED"
+]
+#: States after which nothing more happens to a message.
+FINAL_STATES: frozenset[str] = frozenset({"DELIVERED", "FAILED", "CANCELED"})
+
+
+def ms_to_datetime(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+@dataclass(eq=False, slots=True)
+class FlowControl:
+    key: str
+    parallelism: int | None = None
+    rate: int | None = None
+    period: int = 1  # seconds, QStash's default when only a key and limits are given
+
+
+@dataclass(eq=False, slots=True)
+class Delivery:
+    """One HTTP attempt of a message (or callback) to its destination."""
+
+    message_id: str
+    url: str
+    method: str
+    headers: httpx.Headers
+    content: bytes
+    at_ms: int
+    retried: int
+    status: int | None = None
+    response_headers: httpx.Headers = field(default_factory=httpx.Headers)
+    response_content: bytes = b""
+    error: str | None = None
+    #: The exception the app raised, kept for re-raising with its traceback.
+    exception: BaseException | None = field(default=None, repr=False)
+
+    @property
+    def body(self) -> str:
+        return _text(self.content)
+
+    @property
+    def response_body(self) -> str:
+        return _text(self.response_content)
+
+    @property
+    def at(self) -> datetime:
+        return ms_to_datetime(self.at_ms)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+    def __repr__(self) -> str:
+        outcome = f"status={self.status}" if self.status is not None else f"error={self.error!r}"
+        return (
+            f"<Delivery {self.message_id} {self.method} {self.url} retried={self.retried} "
+            f"{outcome} at={self.at.isoformat()}>"
+        )
+
+
+@dataclass(eq=False, slots=True)
+class Message:
+    """A message as QStash keeps it, from publish to its final state."""
+
+    message_id: str
+    url: str
+    method: str
+    #: Headers delivered with the message: Content-Type and the forwarded headers, prefix stripped.
+    headers: httpx.Headers
+    content: bytes
+    created_ms: int
+    not_before_ms: int
+    max_retries: int
+    state: MessageState = "CREATED"
+    retried: int = 0
+    queue: str | None = None
+    url_group: str | None = None
+    endpoint_name: str | None = None
+    schedule_id: str | None = None
+    label: str | None = None
+    deduplication_id: str | None = None
+    content_based_deduplication: bool = False
+    retry_delay: str | None = None
+    timeout_ms: int | None = None
+    callback: str | None = None
+    failure_callback: str | None = None
+    #: Raw ``Upstash-Callback-*`` / ``Upstash-Failure-Callback-*`` headers, prefix kept.
+    callback_headers: httpx.Headers | None = None
+    failure_callback_headers: httpx.Headers | None = None
+    flow_control: FlowControl | None = None
+    redact: tuple[str, ...] = ()
+    caller_ip: str = "127.0.0.1"
+    #: When this message is a (failure) callback: the id of the message it reports on.
+    callback_for: str | None = None
+    workflow_run_id: str | None = None
+    deliveries: list[Delivery] = field(default_factory=list)
+
+    @property
+    def body(self) -> str:
+        return _text(self.content)
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+    @property
+    def created_at(self) -> datetime:
+        return ms_to_datetime(self.created_ms)
+
+    @property
+    def not_before(self) -> datetime:
+        return ms_to_datetime(self.not_before_ms)
+
+    @property
+    def content_type(self) -> str | None:
+        value: str | None = self.headers.get("content-type")
+        return value
+
+    @property
+    def last_delivery(self) -> Delivery | None:
+        return self.deliveries[-1] if self.deliveries else None
+
+    @property
+    def done(self) -> bool:
+        return self.state in FINAL_STATES
+
+    def __repr__(self) -> str:
+        return (
+            f"<Message {self.message_id} {self.method} {self.url} state={self.state} "
+            f"retried={self.retried}/{self.max_retries} not_before={self.not_before.isoformat()}>"
+        )
+
+
+@dataclass(eq=False, slots=True)
+class DlqEntry:
+    """A message whose retries ran out (or that was refused as non-retryable)."""
+
+    dlq_id: str
+    message: Message
+    created_ms: int
+    response_status: int | None
+    response_headers: httpx.Headers
+    response_content: bytes
+    error: str | None = None
+
+    @property
+    def message_id(self) -> str:
+        return self.message.message_id
+
+    @property
+    def url(self) -> str:
+        return self.message.url
+
+    @property
+    def body(self) -> str:
+        return self.message.body
+
+    def json(self) -> Any:
+        return self.message.json()
+
+    @property
+    def response_body(self) -> str:
+        return _text(self.response_content)
+
+    @property
+    def retried(self) -> int:
+        return self.message.retried
+
+    @property
+    def workflow_run_id(self) -> str | None:
+        return self.message.workflow_run_id
+
+    @property
+    def created_at(self) -> datetime:
+        return ms_to_datetime(self.created_ms)
+
+    def __repr__(self) -> str:
+        return (
+            f"<DlqEntry {self.dlq_id} {self.message_id} {self.url} "
+            f"response_status={self.response_status} retried={self.retried}>"
+        )
+
+
+@dataclass(eq=False, slots=True)
+class Event:
+    """One entry of QStash's log (``GET /v2/events``): a state a message entered."""
+
+    message_id: str
+    state: MessageState
+    time_ms: int
+    url: str
+    error: str | None = None
+    next_delivery_ms: int | None = None
+    response_status: int | None = None
+    response_headers: httpx.Headers | None = None
+    response_content: bytes | None = None
+    #: The message this entry is about, for filters and the API's message fields.
+    message: Message | None = field(default=None, repr=False)
+
+    @property
+    def time(self) -> datetime:
+        return ms_to_datetime(self.time_ms)
+
+    @property
+    def next_delivery_time(self) -> datetime | None:
+        return None if self.next_delivery_ms is None else ms_to_datetime(self.next_delivery_ms)
+
+    @property
+    def response_body(self) -> str | None:
+        return None if self.response_content is None else _text(self.response_content)
+
+    def __repr__(self) -> str:
+        return f"<Event {self.time.isoformat()} {self.message_id} {self.state} {self.url}>"

@@ -1,0 +1,226 @@
+"""QStash's per-message options (the ``Upstash-*`` request headers), parsed and validated.
+
+This is the one place that knows the header names; publish, enqueue, batch, schedules and
+callbacks all build their messages from a ``MessageOptions``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import httpx
+
+from ..durations import parse_duration_ms
+from .models import FlowControl
+from .retry import InvalidRetryDelay, RetryDelayExpression
+
+
+class InvalidOption(ValueError):
+    """A header's value is not one QStash accepts (the API answers 400 with this text)."""
+
+
+_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
+_FORWARD = "upstash-forward-"
+_CALLBACK = "upstash-callback-"
+_FAILURE_CALLBACK = "upstash-failure-callback-"
+
+
+@dataclass(slots=True)
+class MessageOptions:
+    method: str = "POST"
+    headers: httpx.Headers = field(default_factory=httpx.Headers)
+    delay_ms: int | None = None
+    not_before_ms: int | None = None
+    retries: int | None = None
+    retry_delay: RetryDelayExpression | None = None
+    timeout_ms: int | None = None
+    callback: str | None = None
+    failure_callback: str | None = None
+    callback_headers: httpx.Headers | None = None
+    failure_callback_headers: httpx.Headers | None = None
+    deduplication_id: str | None = None
+    content_based_deduplication: bool = False
+    label: str | None = None
+    redact: tuple[str, ...] = ()
+    flow_control: FlowControl | None = None
+    #: Options only schedules read.
+    cron: str | None = None
+    schedule_id: str | None = None
+    queue: str | None = None
+
+
+def canonical(name: str) -> str:
+    """Go's canonical header form, the one QStash shows: ``x-foo-bar`` -> ``X-Foo-Bar``."""
+    return "-".join(part[:1].upper() + part[1:].lower() for part in name.split("-"))
+
+
+def parse_options(headers: Mapping[str, str]) -> MessageOptions:
+    """Read every ``Upstash-*`` option from ``headers`` (any case), refusing bad values."""
+    opts = MessageOptions()
+    forwarded: list[tuple[str, str]] = []
+    content_type: str | None = None
+    callback: list[tuple[str, str]] = []
+    failure: list[tuple[str, str]] = []
+    for raw_name, value in _items(headers):
+        name = raw_name.lower()
+        if name == "content-type":
+            content_type = value
+        elif name.startswith(_FORWARD):
+            forwarded.append((canonical(raw_name[len(_FORWARD) :]), value))
+        elif name.startswith(_FAILURE_CALLBACK):
+            failure.append((raw_name, value))
+        elif name.startswith(_CALLBACK):
+            callback.append((raw_name, value))
+        elif name.startswith("upstash-"):
+            _apply(opts, name, value.strip())
+    if opts.delay_ms is not None and opts.not_before_ms is not None:
+        opts.delay_ms = None  # Upstash-Not-Before wins over Upstash-Delay
+    if content_type is not None:
+        forwarded.insert(0, ("Content-Type", content_type))
+    # A forwarded Content-Type overrides the request's own one.
+    opts.headers = httpx.Headers(_last_wins(forwarded))
+    opts.callback_headers = httpx.Headers(callback) if callback else None
+    opts.failure_callback_headers = httpx.Headers(failure) if failure else None
+    return opts
+
+
+def derived_options(prefixed: httpx.Headers | None, prefix: str) -> dict[str, str]:
+    """The publish headers a callback is sent with: ``Upstash-Callback-Retries`` becomes
+    ``Upstash-Retries``, ``Upstash-Callback-Forward-X`` becomes ``Upstash-Forward-X``."""
+    if not prefixed:
+        return {}
+    out: dict[str, str] = {}
+    for name, value in prefixed.multi_items():
+        rest = name[len(prefix) :] if name.lower().startswith(prefix) else ""
+        if rest:
+            out[f"upstash-{rest}"] = value
+    return out
+
+
+def _items(headers: Mapping[str, str]) -> list[tuple[str, str]]:
+    if isinstance(headers, httpx.Headers):
+        return headers.multi_items()
+    return list(headers.items())
+
+
+def _last_wins(items: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    latest: dict[str, tuple[str, str]] = {}
+    for name, value in items:
+        latest[name.lower()] = (name, value)
+    return list(latest.values())
+
+
+def _apply(opts: MessageOptions, name: str, value: str) -> None:
+    if name == "upstash-method":
+        method = value.upper()
+        if method not in _METHODS:
+            raise InvalidOption(
+                f"invalid Upstash-Method {value!r}: expected one of {', '.join(_METHODS)}"
+            )
+        opts.method = method
+    elif name == "upstash-delay":
+        opts.delay_ms = _duration(value, "Upstash-Delay")
+    elif name == "upstash-not-before":
+        opts.not_before_ms = _int(value, "Upstash-Not-Before", "unix seconds") * 1000
+    elif name == "upstash-retries":
+        opts.retries = _int(value, "Upstash-Retries", "a whole number of retries")
+    elif name == "upstash-retry-delay":
+        try:
+            opts.retry_delay = RetryDelayExpression(value)
+        except InvalidRetryDelay as exc:
+            raise InvalidOption(str(exc)) from None
+    elif name == "upstash-timeout":
+        opts.timeout_ms = _duration(value, "Upstash-Timeout")
+    elif name == "upstash-callback":
+        opts.callback = _url(value, "Upstash-Callback")
+    elif name == "upstash-failure-callback":
+        opts.failure_callback = _url(value, "Upstash-Failure-Callback")
+    elif name == "upstash-deduplication-id":
+        opts.deduplication_id = value
+    elif name == "upstash-content-based-deduplication":
+        opts.content_based_deduplication = _bool(value, "Upstash-Content-Based-Deduplication")
+    elif name == "upstash-label":
+        opts.label = value or None
+    elif name == "upstash-redact-fields":
+        opts.redact = _redact(value)
+    elif name == "upstash-flow-control-key":
+        key = value
+        fc = opts.flow_control
+        opts.flow_control = (
+            FlowControl(key, fc.parallelism, fc.rate, fc.period) if fc else (FlowControl(key))
+        )
+    elif name == "upstash-flow-control-value":
+        opts.flow_control = _flow_control(value, opts.flow_control)
+    elif name == "upstash-cron":
+        opts.cron = value
+    elif name == "upstash-schedule-id":
+        opts.schedule_id = value
+    elif name == "upstash-queue-name":
+        opts.queue = value
+    # Other Upstash-* headers (telemetry, workflow protocol, ...) are not message options.
+
+
+def _duration(value: str, header: str) -> int:
+    try:
+        return parse_duration_ms(value, what=header)
+    except (TypeError, ValueError) as exc:
+        raise InvalidOption(str(exc)) from None
+
+
+def _int(value: str, header: str, meaning: str) -> int:
+    if not re.fullmatch(r"\d+", value):
+        raise InvalidOption(
+            f"invalid {header} {value!r}: expected {meaning} (a non-negative integer)"
+        )
+    return int(value)
+
+
+def _bool(value: str, header: str) -> bool:
+    lowered = value.lower()
+    if lowered not in ("true", "false"):
+        raise InvalidOption(f"invalid {header} {value!r}: expected true or false")
+    return lowered == "true"
+
+
+def _url(value: str, header: str) -> str:
+    if not value.startswith(("http://", "https://")):
+        raise InvalidOption(
+            f"invalid {header} {value!r}: invalid callback url: endpoint has invalid scheme, "
+            "add http:// or https://"
+        )
+    return value
+
+
+_REDACT = re.compile(r"body|headers?|headers?\[[^\]]+\]")
+
+
+def _redact(value: str) -> tuple[str, ...]:
+    fields = tuple(part.strip() for part in value.split(",") if part.strip())
+    for part in fields:
+        if not _REDACT.fullmatch(part):
+            raise InvalidOption(
+                f"invalid Upstash-Redact-Fields {value!r}: {part!r} is not one of body, header, "
+                "header[Name]"
+            )
+    return fields
+
+
+def _flow_control(value: str, current: FlowControl | None) -> FlowControl:
+    fc = FlowControl(current.key if current else "")
+    for part in (p.strip() for p in value.split(",")):
+        if not part:
+            continue
+        name, eq, raw = part.partition("=")
+        name, raw = name.strip().lower(), raw.strip()
+        if not eq or name not in ("parallelism", "rate", "period"):
+            raise InvalidOption(
+                f"invalid Upstash-Flow-Control-Value {value!r}: expected "
+                "parallelism=<int>, rate=<int>, period=<duration>"
+            )
+        if name == "period":
+            fc.period = max(1, _duration(raw, "flow-control period") // 1000)
+        else:
+            setattr(fc, name, _int(raw, f"flow-control {name}", "an integer"))
+    return fc

@@ -1,0 +1,39 @@
+"""URL groups (QStash's "topics"): named sets of endpoints a publish fans out to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False, slots=True)
+class Endpoint:
+    url: str
+    name: str | None = None
+
+
+@dataclass(eq=False, slots=True)
+class UrlGroup:
+    name: str
+    created_ms: int
+    updated_ms: int
+    endpoints: list[Endpoint] = field(default_factory=list)
+
+    def upsert(self, endpoint: Endpoint, now_ms: int) -> None:
+        # The URL is an endpoint's identity; upserting it again renames it.
+        for existing in self.endpoints:
+            if existing.url == endpoint.url:
+                existing.name = endpoint.name or existing.name
+                break
+        else:
+            self.endpoints.append(endpoint)
+        self.updated_ms = now_ms
+
+    def remove(self, url: str | None, name: str | None, now_ms: int) -> int:
+        before = len(self.endpoints)
+        self.endpoints = [
+            e
+            for e in self.endpoints
+            if not ((url is not None and e.url == url) or (name is not None and e.name == name))
+        ]
+        self.updated_ms = now_ms
+        return before - len(self.endpoints)
