@@ -6,6 +6,8 @@ from .durations import parse_duration_ms
 from .errors import AsyncContextError, DeliveryLoopError, QStashFakeError, UnroutedDeliveryError
 from .fake import FakeQStash
 from .state.models import Delivery, DlqEntry, Event, FlowControl, Message, MessageState
+from .state.queues import Queue
+from .state.schedules import Schedule
 from .state.url_groups import Endpoint, UrlGroup
 
 __all__ = [
@@ -20,6 +22,8 @@ __all__ = [
     "Message",
     "MessageState",
     "QStashFakeError",
+    "Queue",
+    "Schedule",
     "UnroutedDeliveryError",
     "UrlGroup",
     "parse_duration_ms",

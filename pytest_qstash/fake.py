@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from . import api
+from .api.faults import Fault, FaultTable
 from .appclock import AppClock, NoAppClock, make_app_clock
 from .delivery.dispatcher import Dispatcher, DispatchSettings
 from .delivery.mounts import MountTable
@@ -23,7 +24,9 @@ from .state.account import Account
 from .state.clock import VirtualClock
 from .state.ids import IdGenerator
 from .state.models import Delivery, DlqEntry, Event, Message
+from .state.queues import Queue
 from .state.retry import DEFAULT_RETRIES
+from .state.schedules import Schedule
 from .state.store import DEFAULT_DEDUP_WINDOW_MS, Store
 from .state.url_groups import UrlGroup
 
@@ -67,6 +70,7 @@ class FakeQStash:
             dedup_window_ms=parse_duration_ms(dedup_window, what="dedup_window"),
         )
         self.mounts = MountTable()
+        self._faults = FaultTable(lambda: self.clock.now_ms)
         urls = [*(f"https://{h}" for h in DEFAULT_HOSTS), *(base_urls or [])]
         if os.environ.get("QSTASH_URL"):
             urls.append(os.environ["QSTASH_URL"])
@@ -145,7 +149,47 @@ class FakeQStash:
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         """Answer one QStash API request (what the interception calls)."""
+        injected = self._faults.intercept(request)
+        if injected is not None:
+            return injected
         return api.handle(self.store, request)
+
+    def fail_next(
+        self,
+        endpoint: str = "publish",
+        *,
+        status: int | None = None,
+        kind: str | None = None,
+        times: int = 1,
+    ) -> Fault:
+        """Make the next ``times`` QStash API calls matching ``endpoint`` fail; nothing is
+        stored for a failed call. Returns the ``Fault`` (``.failed`` lists the requests it
+        failed, ``.remaining`` how many are still to fail).
+
+        ``endpoint``: ``"publish"``, ``"enqueue"``, ``"batch"``, ``"any"`` (every API call), a
+        path prefix (``"/v2/messages"``, any method) or a method and a path prefix
+        (``"DELETE /v2/messages"``).
+
+        ``kind``:
+
+        - ``"error"``: answer ``status`` (400-599, default 500) with ``{"error": ...}``; the
+          SDK raises ``QStashError``;
+        - ``"burst"``: 429 with ``Burst-RateLimit-Limit/-Remaining/-Reset``; the SDK raises
+          ``RateLimitExceededError``. ``status=429`` alone means this;
+        - ``"daily"``: 429 with ``RateLimit-Limit/-Remaining/-Reset`` (reset at the next
+          midnight UTC); the SDK raises ``DailyMessageLimitExceededError``;
+        - ``"network"``: raise ``httpx.ConnectError``. The SDK retries network errors (5
+          times by default, sleeping for real in between): build the client with
+          ``retry=False``, or a zero backoff, in tests.
+
+        Faults are matched in the order they were armed. Bad arguments raise ``ValueError``
+        listing the accepted values.
+        """
+        return self._faults.add(endpoint, status=status, kind=kind, times=times)
+
+    def clear_faults(self) -> None:
+        """Disarm every fault ``fail_next`` armed that has not fired yet."""
+        self._faults.clear()
 
     @property
     def transport(self) -> httpx.MockTransport:
@@ -217,6 +261,14 @@ class FakeQStash:
     @property
     def events(self) -> list[Event]:
         return list(self.store.events)
+
+    @property
+    def queues(self) -> list[Queue]:
+        return list(self.store.queues.values())
+
+    @property
+    def schedules(self) -> list[Schedule]:
+        return list(self.store.schedules.values())
 
     @property
     def url_groups(self) -> list[UrlGroup]:

@@ -5,12 +5,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Collection
 from typing import Any
 
 import httpx
 
 from ..state.models import Message
 from ..state.options import canonical
+
+#: Query filters of a list or bulk endpoint: name -> the values given (OR-ed).
+Filters = dict[str, list[str]]
 
 
 class ApiError(Exception):
@@ -128,3 +132,43 @@ def message_json(message: Message) -> dict[str, Any]:
         if fc.rate is not None:
             out["rate"] = fc.rate
     return out
+
+
+def query_filters(request: httpx.Request, allowed: Collection[str], what: str) -> Filters:
+    """The query string of a list or bulk endpoint as ``name -> values``.
+
+    A filter may be repeated (``label=a&label=b``) or comma-joined (``label=a,b``); values of
+    one filter are OR-ed. A comma-joined value is kept whole too, so a URL containing a comma
+    still matches itself. ``qstash_token`` (authentication) is left out; any other name not in
+    ``allowed`` answers 400 naming the accepted ones, rather than being silently ignored.
+    """
+    filters: Filters = {}
+    for name in request.url.params:
+        if name == "qstash_token":
+            continue
+        if name not in allowed:
+            raise ApiError(
+                400, f"unknown {what} filter {name!r}: expected one of {', '.join(allowed)}"
+            )
+        values = filters.setdefault(name, [])
+        for raw in request.url.params.get_list(name):
+            if not raw:
+                continue
+            values.append(raw)
+            if "," in raw:
+                values.extend(part.strip() for part in raw.split(",") if part.strip())
+    return {name: values for name, values in filters.items() if values}
+
+
+def int_filter(filters: Filters, name: str, *, minimum: int = 0) -> int | None:
+    """The integer value of a single-valued filter (``count``, ``fromDate``, ...), or None."""
+    values = filters.get(name)
+    if not values:
+        return None
+    try:
+        number = int(values[0])
+    except ValueError:
+        raise ApiError(400, f"invalid {name} {values[0]!r}: expected an integer") from None
+    if number < minimum:
+        raise ApiError(400, f"invalid {name} {number}: must be at least {minimum}")
+    return number

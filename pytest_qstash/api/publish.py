@@ -7,9 +7,8 @@ from typing import Any
 
 import httpx
 
-from ..state.models import Message
 from ..state.options import InvalidOption, MessageOptions, derived_options, parse_options
-from ..state.store import Store
+from ..state.store import Published, Store, UnknownDestination
 from ._http import ApiError, json_response, read_json
 
 INVALID_DESTINATION = (
@@ -40,8 +39,7 @@ def batch(store: Store, request: httpx.Request) -> httpx.Response:
 
 
 # -- internals ------------------------------------------------------------------------------
-Result = tuple[Message, bool, str | None]  # message, deduplicated, group endpoint url
-Results = tuple[list[Result], bool]  # results, whether the destination was a URL group
+Results = tuple[list[Published], bool]  # what was published, whether to a URL group
 
 
 def _publish(
@@ -53,26 +51,10 @@ def _publish(
     queue: str | None,
 ) -> Results:
     opts = _options(headers)
-    if opts.queue is not None and queue is None:
-        queue = opts.queue
-    if destination.startswith(("http://", "https://")):
-        return [_create(store, destination, content, opts, queue=queue)], False
-    group = store.url_groups.get(destination)
-    if group is None or not group.endpoints:
-        raise ApiError(400, INVALID_DESTINATION)
-    results = [
-        _create(
-            store,
-            endpoint.url,
-            content,
-            opts,
-            queue=queue,
-            url_group=group.name,
-            endpoint_name=endpoint.name,
-        )
-        for endpoint in group.endpoints
-    ]
-    return results, True
+    try:
+        return store.publish(destination, content, opts, queue=queue or opts.queue)
+    except UnknownDestination:
+        raise ApiError(400, INVALID_DESTINATION) from None
 
 
 def _options(headers: Mapping[str, str]) -> MessageOptions:
@@ -86,35 +68,14 @@ def _options(headers: Mapping[str, str]) -> MessageOptions:
     return opts
 
 
-def _create(
-    store: Store,
-    url: str,
-    content: bytes,
-    opts: MessageOptions,
-    *,
-    queue: str | None,
-    url_group: str | None = None,
-    endpoint_name: str | None = None,
-) -> Result:
-    key = store.dedup_key(url, content, opts)
-    original = store.deduplicated(key)
-    if original is not None:
-        return original, True, url if url_group else None
-    message = store.create_message(
-        url, content, opts, queue=queue, url_group=url_group, endpoint_name=endpoint_name
-    )
-    store.remember_dedup(key, message)
-    return message, False, url if url_group else None
-
-
 def _shape(results: Results) -> Any:
     items, is_group = results
     shaped = []
-    for message, deduplicated, endpoint_url in items:
-        entry: dict[str, Any] = {"messageId": message.message_id}
-        if endpoint_url is not None:
-            entry["url"] = endpoint_url
-        if deduplicated:
+    for item in items:
+        entry: dict[str, Any] = {"messageId": item.message.message_id}
+        if item.endpoint_url is not None:
+            entry["url"] = item.endpoint_url
+        if item.deduplicated:
             entry["deduplicated"] = True
         shaped.append(entry)
     return shaped if is_group else shaped[0]
@@ -122,7 +83,7 @@ def _shape(results: Results) -> Any:
 
 def _answer(results: Results) -> httpx.Response:
     # QStash answers 202 when the publish was deduplicated into an earlier message.
-    all_deduplicated = all(dedup for _, dedup, _ in results[0])
+    all_deduplicated = all(item.deduplicated for item in results[0])
     return json_response(_shape(results), 202 if all_deduplicated else 200)
 
 

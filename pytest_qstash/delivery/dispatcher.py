@@ -97,9 +97,17 @@ class Dispatcher:
     # -- steps ------------------------------------------------------------------------------
     def next_job(self, until_ms: int, made: int) -> Job | None:
         while (event := self.clock.pop_due(until_ms)) is not None:
+            if event.kind == "cron":
+                self.store.fire_schedule(event.target, event.generation)
+                continue
+            if event.kind == "flow":
+                self.store.wake_flow(event.target)
+                continue
             message = self.store.is_current(event.target, event.generation)
             if message is None:
                 continue  # stale: cancelled, or rescheduled since
+            if not self.store.may_start(message):
+                continue  # parked behind its queue's earlier messages; released later
             previous = message.state
             self._guard(message, made)
             self._on_time(self.clock.now_ms)
@@ -127,7 +135,8 @@ class Dispatcher:
         self.deliveries.append(delivery)
         result = AttemptResult(outcome.status, outcome.headers, outcome.content, outcome.error)
         dlq_entry = self.store.finish_attempt(message, result)
-        if message.callback:
+        # No callbacks for a message cancelled while this attempt was in flight.
+        if message.callback and message.state != "CANCELED":
             self._callback(message, delivery, message.callback, "upstash-callback-")
         if dlq_entry is not None and message.failure_callback:
             self._callback(

@@ -14,7 +14,7 @@ from typing import Literal
 
 from .models import ms_to_datetime
 
-EventKind = Literal["deliver", "cron"]
+EventKind = Literal["deliver", "cron", "flow"]
 
 
 @dataclass(frozen=True, slots=True)

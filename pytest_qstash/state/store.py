@@ -7,16 +7,19 @@ what comes next on the virtual clock. Nothing here knows HTTP.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from itertools import islice
 
 import httpx
 
 from .account import Account
 from .clock import VirtualClock
+from .flow_control import FlowKey
 from .ids import IdGenerator
 from .models import DlqEntry, Event, Message, MessageState
-from .options import MessageOptions
+from .options import MessageOptions, parse_options
+from .queues import Queue
 from .retry import (
     DEFAULT_RETRIES,
     InvalidRetryDelay,
@@ -24,6 +27,7 @@ from .retry import (
     default_backoff_ms,
     next_retry_delay_ms,
 )
+from .schedules import CronExpression, Schedule
 from .url_groups import UrlGroup
 
 #: QStash answers 489 with this header set to mean "do not retry".
@@ -50,6 +54,18 @@ class AttemptResult:
         )
 
 
+class UnknownDestination(ValueError):
+    """A destination that is neither an http(s) URL nor a URL group with endpoints."""
+
+
+@dataclass(slots=True)
+class Published:
+    message: Message
+    deduplicated: bool
+    #: The endpoint's URL when the destination was a URL group.
+    endpoint_url: str | None = None
+
+
 class Store:
     def __init__(
         self,
@@ -69,6 +85,9 @@ class Store:
         self.events: list[Event] = []
         self.dlq: dict[str, DlqEntry] = {}
         self.url_groups: dict[str, UrlGroup] = {}
+        self.schedules: dict[str, Schedule] = {}
+        self.queues: dict[str, Queue] = {}
+        self.flow_keys: dict[str, FlowKey] = {}
         self._dedup: dict[str, tuple[str, int]] = {}
         self._generation: dict[str, int] = {}
         self._dlq_seq = 0
@@ -121,9 +140,64 @@ class Store:
             callback_for=callback_for,
         )
         self.messages[message.message_id] = message
+        if queue is not None:
+            self.queue(queue).members[message.message_id] = None
         self._log(message, "CREATED", next_delivery_ms=not_before if not_before > now else None)
         self._schedule(message, not_before)
         return message
+
+    def publish(
+        self,
+        destination: str,
+        content: bytes,
+        opts: MessageOptions,
+        *,
+        queue: str | None = None,
+        schedule_id: str | None = None,
+    ) -> tuple[list[Published], bool]:
+        """Publish to a URL, or fan out to every endpoint of a URL group (one message each,
+        each deduplicated on its own). Returns what was published and whether it was a group."""
+        if destination.startswith(("http://", "https://")):
+            return [self._publish_one(destination, content, opts, queue, schedule_id)], False
+        group = self.url_groups.get(destination)
+        if group is None or not group.endpoints:
+            raise UnknownDestination(destination)
+        return [
+            self._publish_one(
+                endpoint.url, content, opts, queue, schedule_id, group.name, endpoint.name
+            )
+            for endpoint in group.endpoints
+        ], True
+
+    def _publish_one(
+        self,
+        url: str,
+        content: bytes,
+        opts: MessageOptions,
+        queue: str | None,
+        schedule_id: str | None,
+        url_group: str | None = None,
+        endpoint_name: str | None = None,
+    ) -> Published:
+        key = self.dedup_key(url, content, opts)
+        if key is not None and url_group is not None:
+            # One deduplication id, many endpoints: each endpoint message is its own entry.
+            key = f"{key}|{url}"
+        original = self.deduplicated(key)
+        endpoint_url = url if url_group else None
+        if original is not None:
+            return Published(original, True, endpoint_url)
+        message = self.create_message(
+            url,
+            content,
+            opts,
+            queue=queue,
+            url_group=url_group,
+            endpoint_name=endpoint_name,
+            schedule_id=schedule_id,
+        )
+        self.remember_dedup(key, message)
+        return Published(message, False, endpoint_url)
 
     def dedup_key(self, url: str, content: bytes, opts: MessageOptions) -> str | None:
         """The key a publish is deduplicated on, or None when it asks for no deduplication."""
@@ -168,9 +242,14 @@ class Store:
 
     def finish_attempt(self, message: Message, result: AttemptResult) -> DlqEntry | None:
         """Record an attempt's outcome; schedule the retry or fail for good (into the DLQ)."""
+        if message.state == "CANCELED":
+            # Cancelled while this attempt was in flight (e.g. by the handler itself): the
+            # attempt happened, but a cancelled message is never retried nor dead-lettered.
+            return None
         if result.ok:
             message.state = "DELIVERED"
             self._log(message, "DELIVERED", result=result)
+            self._leave_queue(message)
             return None
         self._log(message, "ERROR", result=result, error=_error_text(result))
         if result.non_retryable or message.retried >= message.max_retries:
@@ -201,10 +280,200 @@ class Store:
         self._log(message, "CANCEL_REQUESTED")
         message.state = "CANCELED"
         self._log(message, "CANCELED")
+        self._leave_queue(message)
+        if message.flow_control and message.flow_control.key in self.flow_keys:
+            self.flow_keys[message.flow_control.key].waiting.pop(message.message_id, None)
         return True
 
     def pending(self) -> Iterable[Message]:
         return (m for m in self.messages.values() if not m.done)
+
+    # -- dead letters -----------------------------------------------------------------------
+    def delete_dlq_entry(self, dlq_id: str) -> bool:
+        """Remove one DLQ entry; False when there is none with this id."""
+        return self.dlq.pop(dlq_id, None) is not None
+
+    def retry_dlq_entry(self, dlq_id: str, overrides: Mapping[str, str] | None = None) -> Message:
+        """Publish a dead letter again and drop its entry: a new message (new id, retries
+        counted from zero) with the stored URL, body, headers and options.
+
+        ``overrides`` are ``Upstash-*`` publish headers that replace the stored option of the
+        same name (``{"Upstash-Retries": "0"}``, ``{"Upstash-Forward-X": "2"}``); other headers
+        are ignored. Raises ``KeyError`` for an unknown id and ``InvalidOption`` for a bad
+        override (the entry is then kept). Deduplication options are not carried over: the
+        retry would otherwise be deduplicated into the message that failed.
+        """
+        entry = self.dlq[dlq_id]
+        failed = entry.message
+        headers = _publish_headers(failed)
+        for name, value in (overrides or {}).items():
+            if name.lower().startswith("upstash-"):
+                headers[name.lower()] = value
+        opts = parse_options(headers)
+        opts.deduplication_id = None
+        opts.content_based_deduplication = False
+        message = self.create_message(
+            failed.url,
+            failed.content,
+            opts,
+            queue=failed.queue,
+            url_group=failed.url_group,
+            endpoint_name=failed.endpoint_name,
+            schedule_id=failed.schedule_id,
+            callback_for=failed.callback_for,
+        )
+        message.workflow_run_id = failed.workflow_run_id
+        del self.dlq[dlq_id]
+        return message
+
+    # -- queues -----------------------------------------------------------------------------
+    def queue(self, name: str) -> Queue:
+        """The queue called ``name``, created (parallelism 1) if it does not exist."""
+        queue = self.queues.get(name)
+        if queue is None:
+            now = self.clock.now_ms
+            queue = self.queues[name] = Queue(name, now, now)
+        return queue
+
+    def may_start(self, message: Message) -> bool:
+        """Whether a due message may be attempted now. If its queue or its flow-control key
+        says no, it waits there and is released when they allow it."""
+        queue = self.queues.get(message.queue) if message.queue else None
+        if queue is not None and not queue.may_start(message.message_id):
+            queue.parked.add(message.message_id)
+            return False
+        fc = message.flow_control
+        if fc is None or not fc.key:
+            return True
+        flow = self.flow_key(fc.key)
+        flow.follow(fc)
+        if flow.admits(self.clock.now_ms):
+            return True
+        flow.waiting[message.message_id] = None
+        self._plan_wake(flow)
+        return False
+
+    def flow_key(self, key: str) -> FlowKey:
+        flow = self.flow_keys.get(key)
+        if flow is None:
+            flow = self.flow_keys[key] = FlowKey(key, period_start_ms=self.clock.now_ms)
+        return flow
+
+    def wake_flow(self, key: str) -> None:
+        """A flow-control key's period ended (or it was resumed): release what now fits."""
+        flow = self.flow_keys.get(key)
+        if flow is None:
+            return
+        flow.wake_ms = None
+        if flow.paused:
+            return
+        now = self.clock.now_ms
+        flow.roll(now)
+        room = len(flow.waiting) if flow.rate is None else max(0, flow.rate - flow.rate_count)
+        # Released messages are counted against the rate when their attempt starts.
+        for message_id in list(islice(flow.waiting, room)):
+            del flow.waiting[message_id]
+            self._schedule(self.messages[message_id], now)
+        self._plan_wake(flow)
+
+    def _plan_wake(self, flow: FlowKey) -> None:
+        if not flow.waiting or flow.paused or flow.wake_ms is not None:
+            return
+        flow.wake_ms = max(flow.period_end_ms(), self.clock.now_ms)
+        self.clock.schedule(flow.wake_ms, "flow", flow.key)
+
+    def update_queue(
+        self, name: str, *, parallelism: int | None = None, paused: bool | None = None
+    ) -> Queue:
+        queue = self.queue(name)
+        if parallelism is not None:
+            queue.parallelism = parallelism
+        if paused is not None:
+            queue.paused = paused
+        queue.updated_ms = self.clock.now_ms
+        self._pump(queue)
+        return queue
+
+    def delete_queue(self, name: str) -> bool:
+        queue = self.queues.pop(name, None)
+        if queue is None:
+            return False
+        # Its waiting messages go with it (logged as cancelled), never delivered unordered.
+        for message_id in list(queue.members):
+            self.cancel(self.messages[message_id])
+        return True
+
+    def _leave_queue(self, message: Message) -> None:
+        queue = self.queues.get(message.queue) if message.queue else None
+        if queue is not None:
+            queue.members.pop(message.message_id, None)
+            queue.parked.discard(message.message_id)
+            self._pump(queue)
+
+    def _pump(self, queue: Queue) -> None:
+        for message_id in queue.startable_parked():
+            queue.parked.discard(message_id)
+            message = self.messages[message_id]
+            self._schedule(message, max(message.not_before_ms, self.clock.now_ms))
+
+    # -- schedules --------------------------------------------------------------------------
+    def put_schedule(
+        self,
+        destination: str,
+        cron: CronExpression,
+        content: bytes,
+        opts: MessageOptions,
+        schedule_id: str | None = None,
+    ) -> Schedule:
+        """Create a schedule, or replace every setting of an existing one with this id."""
+        if schedule_id is None:
+            schedule_id = "scd_" + self.ids.token(28)
+        now = self.clock.now_ms
+        old = self.schedules.get(schedule_id)
+        schedule = Schedule(
+            schedule_id=schedule_id,
+            destination=destination,
+            expression=cron,
+            content=content,
+            options=opts,
+            created_ms=now,
+            next_ms=cron.next_after_ms(now),
+            queue=opts.queue,
+            generation=old.generation + 1 if old else 0,
+        )
+        self.schedules[schedule_id] = schedule
+        self.clock.schedule(schedule.next_ms, "cron", schedule_id, schedule.generation)
+        return schedule
+
+    def delete_schedule(self, schedule_id: str) -> bool:
+        return self.schedules.pop(schedule_id, None) is not None
+
+    def fire_schedule(self, schedule_id: str, generation: int) -> list[Message]:
+        """A cron firing: publish from the template unless paused, then plan the next one."""
+        schedule = self.schedules.get(schedule_id)
+        if schedule is None or schedule.generation != generation:
+            return []  # deleted or replaced since this firing was planned
+        now = self.clock.now_ms
+        created: list[Message] = []
+        if not schedule.paused:
+            try:
+                published, _ = self.publish(
+                    schedule.destination,
+                    schedule.content,
+                    schedule.options,
+                    queue=schedule.queue,
+                    schedule_id=schedule_id,
+                )
+                created = [p.message for p in published]
+                schedule.error = None
+            except UnknownDestination:
+                schedule.error = f"url group {schedule.destination} does not exist"
+            schedule.last_ms = now
+            schedule.last_message_ids = [m.message_id for m in created]
+        # Pausing does not move the schedule: firings while paused are skipped.
+        schedule.next_ms = schedule.expression.next_after_ms(now)
+        self.clock.schedule(schedule.next_ms, "cron", schedule_id, generation)
+        return created
 
     # -- internals --------------------------------------------------------------------------
     def _expression(self, text: str | None) -> RetryDelayExpression | None:
@@ -222,6 +491,7 @@ class Store:
     def _fail(self, message: Message, result: AttemptResult) -> DlqEntry:
         message.state = "FAILED"
         self._log(message, "FAILED", result=result, error=_error_text(result))
+        self._leave_queue(message)
         self._dlq_seq += 1
         entry = DlqEntry(
             dlq_id=f"{self.clock.now_ms}-{self._dlq_seq}",
@@ -258,6 +528,39 @@ class Store:
                 message=message,
             )
         )
+
+
+def _publish_headers(message: Message) -> dict[str, str]:
+    """The publish headers (lower-cased names) that would create ``message`` again."""
+    out: dict[str, str] = {}
+    for name in message.headers:
+        value = ", ".join(message.headers.get_list(name))
+        key = "content-type" if name == "content-type" else "upstash-forward-" + name
+        out[key] = value
+    out["upstash-method"] = message.method
+    out["upstash-retries"] = str(message.max_retries)
+    optional = {
+        "upstash-retry-delay": message.retry_delay,
+        "upstash-timeout": None if message.timeout_ms is None else f"{message.timeout_ms}ms",
+        "upstash-callback": message.callback,
+        "upstash-failure-callback": message.failure_callback,
+        "upstash-label": message.label,
+        "upstash-redact-fields": ",".join(message.redact) or None,
+    }
+    out.update({k: v for k, v in optional.items() if v is not None})
+    for prefixed in (message.callback_headers, message.failure_callback_headers):
+        if prefixed is not None:
+            out.update((name, ", ".join(prefixed.get_list(name))) for name in prefixed)
+    fc = message.flow_control
+    if fc is not None and fc.key:
+        out["upstash-flow-control-key"] = fc.key
+        limits = (("parallelism", fc.parallelism), ("rate", fc.rate), ("period", fc.period))
+        out["upstash-flow-control-value"] = ", ".join(
+            f"{name}={value}{'s' if name == 'period' else ''}"
+            for name, value in limits
+            if value is not None
+        )
+    return out
 
 
 def _header_bytes(headers: httpx.Headers) -> list[bytes]:

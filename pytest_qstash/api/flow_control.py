@@ -1,0 +1,107 @@
+"""Flow control: ``/v2/flowControl`` (get, list, pause, resume, pin, unpin, resetRate) and
+``/v2/globalParallelism``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from ..state.flow_control import FlowKey
+from ..state.store import Store
+from ._http import ApiError, empty_response, json_response
+
+#: The plan's account-wide cap (pay-as-you-go); the fake makes one call at a time.
+GLOBAL_PARALLELISM_MAX = 100
+
+
+def list_flow_keys(store: Store, request: httpx.Request) -> httpx.Response:
+    search = request.url.params.get("search", "")
+    return json_response(
+        [flow_json(f) for f in store.flow_keys.values() if search.lower() in f.key.lower()]
+    )
+
+
+def get_flow_key(store: Store, request: httpx.Request, key: str) -> httpx.Response:
+    return json_response(flow_json(_flow(store, key)))
+
+
+def pause_flow_key(store: Store, request: httpx.Request, key: str) -> httpx.Response:
+    store.flow_key(key).paused = True
+    return empty_response()
+
+
+def resume_flow_key(store: Store, request: httpx.Request, key: str) -> httpx.Response:
+    store.flow_key(key).paused = False
+    store.wake_flow(key)
+    return empty_response()
+
+
+def pin_flow_key(store: Store, request: httpx.Request, key: str) -> httpx.Response:
+    flow = store.flow_key(key)
+    params = request.url.params
+    if "parallelism" in params:
+        flow.parallelism, flow.pinned_parallelism = (
+            _positive(params["parallelism"], "parallelism"),
+            True,
+        )
+    if "rate" in params or "period" in params:
+        if "rate" in params:
+            flow.rate = _positive(params["rate"], "rate")
+        if "period" in params:
+            flow.period_s = _positive(params["period"], "period")
+        flow.pinned_rate = True
+    # Pinning resets the rate state: a new period starts now.
+    flow.period_start_ms, flow.rate_count = store.clock.now_ms, 0
+    store.wake_flow(key)
+    return empty_response()
+
+
+def unpin_flow_key(store: Store, request: httpx.Request, key: str) -> httpx.Response:
+    flow = _flow(store, key)
+    params = request.url.params
+    if params.get("parallelism", "").lower() == "true":
+        flow.pinned_parallelism = False
+    if params.get("rate", "").lower() == "true":
+        flow.pinned_rate = False
+    return empty_response()
+
+
+def reset_rate(store: Store, request: httpx.Request, key: str) -> httpx.Response:
+    flow = _flow(store, key)
+    flow.period_start_ms, flow.rate_count = store.clock.now_ms, 0
+    store.wake_flow(key)
+    return empty_response()
+
+
+def global_parallelism(store: Store, request: httpx.Request) -> httpx.Response:
+    return json_response({"parallelismMax": GLOBAL_PARALLELISM_MAX, "parallelismCount": 0})
+
+
+def _flow(store: Store, key: str) -> FlowKey:
+    flow = store.flow_keys.get(key)
+    if flow is None:
+        raise ApiError(404, f"flow control key {key} not found")
+    return flow
+
+
+def _positive(value: str, name: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise ApiError(400, f"invalid {name} {value!r}: expected a positive integer")
+    return int(value)
+
+
+def flow_json(flow: FlowKey) -> dict[str, Any]:
+    return {
+        "flowControlKey": flow.key,
+        "waitListSize": flow.wait_list_size,
+        "parallelismMax": flow.parallelism or 0,
+        "parallelismCount": 0,
+        "rateMax": flow.rate or 0,
+        "rateCount": flow.rate_count,
+        "ratePeriod": flow.period_s,
+        "ratePeriodStart": flow.period_start_ms // 1000,
+        "isPaused": flow.paused,
+        "isPinnedParallelism": flow.pinned_parallelism,
+        "isPinnedRate": flow.pinned_rate,
+    }

@@ -1,0 +1,118 @@
+"""Schedules: ``/v2/schedules`` (create/overwrite, get, list, delete, pause, resume)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from ..state.models import FINAL_STATES, Message
+from ..state.schedules import CronExpression, InvalidCron, Schedule
+from ..state.store import Store
+from ._http import ApiError, empty_response, header_map, json_response, put_body
+from .publish import INVALID_DESTINATION, _check_name, _options
+
+
+def create_schedule(store: Store, request: httpx.Request, destination: str) -> httpx.Response:
+    opts = _options(request.headers)
+    if opts.cron is None:
+        raise ApiError(400, "Upstash-Cron header is required to create a schedule")
+    try:
+        cron = CronExpression.parse(opts.cron)
+    except InvalidCron as exc:
+        raise ApiError(400, str(exc)) from None
+    if opts.schedule_id is not None:
+        _check_name(opts.schedule_id, "schedule id")
+    if opts.queue is not None:
+        _check_name(opts.queue, "queue name")
+    is_url = destination.startswith(("http://", "https://"))
+    if not is_url and destination not in store.url_groups:
+        raise ApiError(400, INVALID_DESTINATION)
+    schedule = store.put_schedule(destination, cron, request.content, opts, opts.schedule_id)
+    return json_response({"scheduleId": schedule.schedule_id})
+
+
+def get_schedule(store: Store, request: httpx.Request, schedule_id: str) -> httpx.Response:
+    return json_response(schedule_json(store, _schedule(store, schedule_id)))
+
+
+def list_schedules(store: Store, request: httpx.Request) -> httpx.Response:
+    return json_response([schedule_json(store, s) for s in store.schedules.values()])
+
+
+def delete_schedule(store: Store, request: httpx.Request, schedule_id: str) -> httpx.Response:
+    store.delete_schedule(schedule_id)
+    return empty_response()
+
+
+def pause_schedule(store: Store, request: httpx.Request, schedule_id: str) -> httpx.Response:
+    _schedule(store, schedule_id).paused = True
+    return empty_response()
+
+
+def resume_schedule(store: Store, request: httpx.Request, schedule_id: str) -> httpx.Response:
+    _schedule(store, schedule_id).paused = False
+    return empty_response()
+
+
+def _schedule(store: Store, schedule_id: str) -> Schedule:
+    schedule = store.schedules.get(schedule_id)
+    if schedule is None:
+        raise ApiError(404, f"schedule {schedule_id} not found")
+    return schedule
+
+
+def schedule_json(store: Store, schedule: Schedule) -> dict[str, Any]:
+    opts = schedule.options
+    out: dict[str, Any] = {
+        "scheduleId": schedule.schedule_id,
+        "destination": schedule.destination,
+        "cron": schedule.cron,
+        "createdAt": schedule.created_ms,
+        "method": opts.method,
+        "retries": opts.retries if opts.retries is not None else store.default_retries,
+        "isPaused": schedule.paused,
+        "callerIP": schedule.caller_ip,
+        "callerIp": schedule.caller_ip,
+        "nextScheduleTime": schedule.next_ms,
+    }
+    if opts.headers:
+        out["header"] = header_map(opts.headers, opts.redact)
+    put_body(out, schedule.content, redact="body" in opts.redact)
+    optional: dict[str, Any] = {
+        "callback": opts.callback,
+        "failureCallback": opts.failure_callback,
+        "queueName": schedule.queue,
+        "retryDelayExpression": opts.retry_delay.text if opts.retry_delay else None,
+        "label": opts.label,
+        "lastScheduleTime": schedule.last_ms,
+        "error": schedule.error,
+    }
+    out.update({k: v for k, v in optional.items() if v is not None})
+    if opts.delay_ms:
+        out["delay"] = opts.delay_ms // 1000
+    if opts.timeout_ms is not None:
+        out["timeout"] = opts.timeout_ms // 1000
+    if opts.callback_headers:
+        out["callbackHeader"] = header_map(opts.callback_headers)
+    if opts.failure_callback_headers:
+        out["failureCallbackHeader"] = header_map(opts.failure_callback_headers)
+    fc = opts.flow_control
+    if fc is not None and fc.key:
+        out["flowControlKey"] = fc.key
+        out["period"] = fc.period
+        if fc.parallelism is not None:
+            out["parallelism"] = fc.parallelism
+        if fc.rate is not None:
+            out["rate"] = fc.rate
+    if schedule.last_message_ids:
+        out["lastScheduleStates"] = {
+            mid: _schedule_state(store.messages.get(mid)) for mid in schedule.last_message_ids
+        }
+    return out
+
+
+def _schedule_state(message: Message | None) -> str:
+    if message is None or message.state not in FINAL_STATES:
+        return "IN_PROGRESS"
+    return "SUCCESS" if message.state == "DELIVERED" else "FAIL"

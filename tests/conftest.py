@@ -1,0 +1,28 @@
+"""Generic fixtures shared by the test modules (specific helpers live next to their tests)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from qstash import AsyncQStash, QStash
+
+pytest_plugins = ["pytester"]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+# Session-wide, as apps keep module-level clients; building an httpx client costs ~40 ms.
+# retry=False: a request that escaped the fake must fail at once, not sleep and retry.
+@pytest.fixture(scope="session")
+def client() -> QStash:
+    """The sync SDK as an app builds it (token from the environment the plugin set)."""
+    return QStash(os.environ["QSTASH_TOKEN"], retry=False)
+
+
+@pytest.fixture(scope="session")
+def aclient() -> AsyncQStash:
+    return AsyncQStash(os.environ["QSTASH_TOKEN"], retry=False)

@@ -1,0 +1,421 @@
+"""Delivery into real FastAPI, Starlette and Flask apps, from sync and async tests."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from datetime import timedelta
+
+import httpx
+import jwt
+import pytest
+import respx
+from apps import FACTORIES, WebApp, make_fastapi_app, make_flask_app, make_starlette_app
+from qstash import AsyncQStash, QStash
+from qstash.message import PublishResponse
+
+from pytest_qstash import DeliveryLoopError, FakeQStash, UnroutedDeliveryError
+
+BASE = "https://app.example.com"
+
+
+@pytest.fixture(params=sorted(FACTORIES))
+def web(request: pytest.FixtureRequest, qstash: FakeQStash) -> WebApp:
+    """Each framework's app, fresh, mounted at BASE."""
+    app: WebApp = FACTORIES[request.param]()
+    qstash.mount(BASE, app.app)
+    return app
+
+
+def publish(client: QStash, url: str, body: str = "payload", **options: object) -> str:
+    response = client.message.publish(url=url, body=body, **options)  # type: ignore[arg-type]
+    assert isinstance(response, PublishResponse)
+    return response.message_id
+
+
+async def apublish(client: AsyncQStash, url: str, body: str = "payload", **options: object) -> str:
+    response = await client.message.publish(url=url, body=body, **options)  # type: ignore[arg-type]
+    assert isinstance(response, PublishResponse)
+    return response.message_id
+
+
+def claims(signature: str) -> dict[str, object]:
+    # Read only: the app's Receiver is what verifies it.
+    decoded: dict[str, object] = jwt.decode(signature, options={"verify_signature": False})
+    return decoded
+
+
+def body_hash(body: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(body).digest()).decode()
+
+
+# -- what the app receives -------------------------------------------------------------------
+def test_delivery_verifies_and_carries_qstash_headers(
+    qstash: FakeQStash, client: QStash, web: WebApp
+) -> None:
+    url = f"{BASE}/webhook?order=1&note=a%20b"
+    message_id = client.message.publish_json(
+        url=url, body={"order": 1}, headers={"X-Tenant": "acme"}
+    ).message_id  # type: ignore[union-attr]
+
+    [delivery] = qstash.tick()
+
+    assert web.inbox.signature_errors == []
+    assert delivery.status == 200
+    assert delivery.response_body == "ok"
+    assert delivery.message_id == message_id
+    assert delivery.url == url
+    assert delivery.at == qstash.now
+    [received] = web.inbox.received
+    assert received.url == url
+    assert received.method == "POST"
+    assert received.body == '{"order": 1}'
+    assert received.headers["upstash-message-id"] == message_id
+    assert received.headers["upstash-retried"] == "0"
+    assert received.headers["user-agent"] == "Upstash-QStash"
+    assert received.headers["x-tenant"] == "acme"
+    assert received.headers["content-type"] == "application/json"
+    token = claims(received.headers["upstash-signature"])
+    assert token["sub"] == url
+    assert token["iss"] == "Upstash"
+    assert token["body"] == body_hash(b'{"order": 1}')
+    assert token["iat"] == int(qstash.now.timestamp())
+    assert token["exp"] == token["iat"] + 300  # type: ignore[operator]
+    assert qstash.messages[0].state == "DELIVERED"
+    assert qstash.messages[0].deliveries == [delivery]
+
+
+@pytest.mark.asyncio
+async def test_async_delivery_pytest_asyncio(
+    qstash: FakeQStash, aclient: AsyncQStash, web: WebApp
+) -> None:
+    url = f"{BASE}/webhook?x=1"
+    message_id = await apublish(aclient, url, "async body", headers={"X-A": "1"})
+
+    [delivery] = await qstash.atick()
+
+    assert web.inbox.signature_errors == []
+    assert delivery.status == 200
+    [received] = web.inbox.received
+    assert (received.url, received.body) == (url, "async body")
+    assert received.headers["upstash-message-id"] == message_id
+    assert received.headers["x-a"] == "1"
+
+
+@pytest.mark.anyio
+async def test_async_delivery_anyio(qstash: FakeQStash, aclient: AsyncQStash, web: WebApp) -> None:
+    await apublish(aclient, f"{BASE}/webhook", "anyio body", delay="1m")
+
+    assert await qstash.atick() == []
+    [delivery] = await qstash.aadvance("1m")
+
+    assert delivery.status == 200
+    assert web.inbox.signature_errors == []
+    assert [r.body for r in web.inbox.received] == ["anyio body"]
+
+
+def test_signing_key_rotation(qstash: FakeQStash, client: QStash, web: WebApp) -> None:
+    # The app's Receiver holds the keys it was configured with (current, next).
+    client.signing_key.rotate()  # next becomes current: the app still verifies with its next key
+    publish(client, f"{BASE}/webhook", "after one rotation")
+    assert [d.status for d in qstash.tick()] == [200]
+
+    client.signing_key.rotate()  # now signed with a key the app has never seen
+    publish(client, f"{BASE}/webhook", "after two rotations")
+    assert [d.status for d in qstash.tick()] == [401]
+    assert len(web.inbox.signature_errors) == 1
+    assert [r.body for r in web.inbox.received] == ["after one rotation"]
+
+
+@pytest.mark.parametrize("method", ["PUT", "DELETE", "GET", "PATCH"])
+def test_method_is_honoured(qstash: FakeQStash, client: QStash, web: WebApp, method: str) -> None:
+    body = "" if method == "GET" else "b"
+    publish(client, f"{BASE}/webhook", body, method=method)
+
+    [delivery] = qstash.tick()
+
+    assert delivery.status == 200
+    assert delivery.method == method
+    assert [(r.method, r.body) for r in web.inbox.received] == [(method, body)]
+
+
+# -- where a delivery goes -------------------------------------------------------------------
+def test_longest_mount_wins(qstash: FakeQStash, client: QStash) -> None:
+    site = make_starlette_app()
+    api = make_fastapi_app()
+    qstash.mount(BASE, site.app)
+    qstash.mount(f"{BASE}/api", api.app)  # the app still sees the full path, /api/...
+
+    def on_api(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text="api")
+
+    qstash.mount(f"{BASE}/api/v2", on_api)
+    publish(client, f"{BASE}/webhook", "to site")
+    publish(client, f"{BASE}/apiary", "to site, not api")
+    publish(client, f"{BASE}/api/v2/x", "to the callable")
+
+    deliveries = qstash.tick()
+
+    assert [d.status for d in deliveries] == [200, 404, 200]  # site has no /apiary route
+    assert [r.body for r in site.inbox.received] == ["to site"]
+    assert api.inbox.received == []
+    assert deliveries[2].response_body == "api"
+
+
+def test_plain_callable_mounts(qstash: FakeQStash, client: QStash) -> None:
+    seen: list[httpx.Request] = []
+
+    def created(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(201, text="made", headers={"X-Answer": "yes"})
+
+    def status_only(request: httpx.Request) -> int:
+        seen.append(request)
+        return 204
+
+    async def coroutine(request: httpx.Request) -> None:
+        seen.append(request)
+
+    qstash.mount("https://a.test", created)
+    qstash.mount("https://b.test", status_only)
+    qstash.mount("https://c.test", coroutine)
+    for host in "abc":
+        publish(client, f"https://{host}.test/in", host)
+
+    deliveries = qstash.tick()
+
+    assert [(d.url, d.status) for d in deliveries] == [
+        ("https://a.test/in", 201),
+        ("https://b.test/in", 204),
+        ("https://c.test/in", 200),
+    ]
+    assert deliveries[0].response_body == "made"
+    assert deliveries[0].response_headers["x-answer"] == "yes"
+    assert [r.content for r in seen] == [b"a", b"b", b"c"]
+    assert all("upstash-signature" in r.headers for r in seen)
+
+
+def test_unmounted_url_answered_by_users_respx_route(
+    qstash: FakeQStash, client: QStash, respx_mock: respx.MockRouter
+) -> None:
+    route = respx_mock.post("https://partner.test/hook").mock(
+        return_value=httpx.Response(200, text="thanks")
+    )
+    message_id = publish(client, "https://partner.test/hook", "to partner")
+
+    [delivery] = qstash.tick()
+
+    assert delivery.status == 200
+    assert delivery.response_body == "thanks"
+    assert route.call_count == 1
+    sent = route.calls.last.request
+    assert sent.content == b"to partner"
+    assert sent.headers["upstash-message-id"] == message_id
+    assert claims(sent.headers["upstash-signature"])["sub"] == "https://partner.test/hook"
+
+
+@pytest.mark.asyncio
+async def test_async_unmounted_url_answered_by_respx_context(
+    qstash: FakeQStash, aclient: AsyncQStash
+) -> None:
+    await apublish(aclient, "https://partner.test/hook", "to partner")
+
+    with respx.mock() as router:
+        route = router.post("https://partner.test/hook").respond(503)
+        [delivery] = await qstash.atick()
+
+    assert route.called
+    assert delivery.status == 503
+    assert qstash.messages[0].state == "RETRY"
+
+
+def test_unrouted_delivery_is_an_error_and_the_message_is_kept(
+    qstash: FakeQStash, client: QStash
+) -> None:
+    other = make_flask_app()
+    qstash.mount("https://other.test", other.app)
+    message_id = publish(client, f"{BASE}/webhook", "waiting")
+
+    with pytest.raises(UnroutedDeliveryError) as info:
+        qstash.tick()
+
+    text = str(info.value)
+    assert f"{BASE}/webhook" in text
+    assert "https://other.test" in text
+    assert message_id in text
+    assert info.value.url == f"{BASE}/webhook"
+    assert info.value.mounts == ["https://other.test"]
+    assert qstash.messages[0].state == "CREATED"
+    assert qstash.deliveries == []
+
+    web = make_fastapi_app()
+    qstash.mount(BASE, web.app)
+    [delivery] = qstash.tick()
+    assert delivery.status == 200
+    assert [r.body for r in web.inbox.received] == ["waiting"]
+    assert other.inbox.received == []
+
+
+@pytest.mark.qstash(strict=False)
+def test_unrouted_delivery_is_a_failed_attempt_when_not_strict(
+    qstash: FakeQStash, client: QStash
+) -> None:
+    publish(client, f"{BASE}/webhook")
+
+    [delivery] = qstash.tick()
+
+    assert delivery.status is None
+    assert delivery.error is not None
+    assert "unrouted" in delivery.error
+    assert qstash.messages[0].state == "RETRY"
+
+
+# -- failures --------------------------------------------------------------------------------
+def test_http_error_is_a_failed_attempt_and_retried(
+    qstash: FakeQStash, client: QStash, web: WebApp
+) -> None:
+    publish(client, f"{BASE}/http-500")
+
+    [first] = qstash.tick()
+
+    assert first.status == 500
+    [message] = qstash.messages
+    assert (message.state, message.retried) == ("RETRY", 1)
+    assert message.not_before - first.at == timedelta(milliseconds=12_182)
+    assert qstash.tick() == []  # the retry waits for its backoff (12 s for the first)
+
+    [second] = qstash.advance("13s")
+
+    assert second.status == 500
+    assert second.at - first.at == timedelta(milliseconds=12_182)
+    assert [r.headers["upstash-retried"] for r in web.inbox.received] == ["0", "1"]
+    assert message.retried == 2
+    assert qstash.dlq == []
+
+
+def test_non_retryable_489_fails_at_once(qstash: FakeQStash, client: QStash, web: WebApp) -> None:
+    publish(client, f"{BASE}/reject")
+
+    [delivery] = qstash.tick()
+
+    assert delivery.status == 489
+    assert qstash.messages[0].state == "FAILED"
+    [entry] = qstash.dlq
+    assert entry.message_id == qstash.messages[0].message_id
+    assert entry.response_status == 489
+    assert entry.response_body == "bad payload"
+    assert qstash.advance("7d") == []
+    assert len(web.inbox.received) == 1
+
+
+def test_app_exception_is_a_500_attempt_and_reraised(
+    qstash: FakeQStash, client: QStash, web: WebApp
+) -> None:
+    publish(client, f"{BASE}/crash")
+
+    with pytest.raises(RuntimeError, match="handler bug") as info:
+        qstash.tick()
+
+    # Re-raised with the app's own traceback, down to the handler that failed.
+    assert "crash" in [entry.name for entry in info.traceback]
+    [delivery] = qstash.deliveries
+    assert delivery.status == 500
+    assert delivery.error is not None
+    assert "RuntimeError: handler bug" in delivery.error
+    assert qstash.messages[0].state == "RETRY"
+    assert len(web.inbox.received) == 1
+
+
+@pytest.mark.asyncio
+async def test_async_app_exception_is_reraised(
+    qstash: FakeQStash, aclient: AsyncQStash, web: WebApp
+) -> None:
+    await apublish(aclient, f"{BASE}/crash")
+
+    with pytest.raises(RuntimeError, match="handler bug"):
+        await qstash.atick()
+
+    assert [d.status for d in qstash.deliveries] == [500]
+
+
+@pytest.mark.qstash(raise_app_exceptions=False)
+def test_app_exception_kept_quiet_when_asked(
+    qstash: FakeQStash, client: QStash, web: WebApp
+) -> None:
+    publish(client, f"{BASE}/crash", retries=1)
+
+    [first] = qstash.tick()
+    [second] = qstash.advance("1m")
+
+    assert (first.status, second.status) == (500, 500)
+    assert qstash.messages[0].state == "FAILED"
+    assert len(qstash.dlq) == 1
+
+
+# -- cascades --------------------------------------------------------------------------------
+def test_republish_cascade_is_delivered_in_the_same_tick(
+    qstash: FakeQStash, client: QStash, web: WebApp
+) -> None:
+    publish(client, f"{BASE}/republish?to={BASE}/webhook", "cascade")
+
+    deliveries = qstash.tick()
+
+    assert [d.status for d in deliveries] == [200, 200]
+    assert web.inbox.routes == ["republish", "webhook"]
+    assert [m.url for m in qstash.messages] == [
+        f"{BASE}/republish?to={BASE}/webhook",
+        f"{BASE}/webhook",
+    ]
+    assert {m.state for m in qstash.messages} == {"DELIVERED"}
+
+
+@pytest.mark.asyncio
+async def test_async_republish_cascade(
+    qstash: FakeQStash, aclient: AsyncQStash, web: WebApp
+) -> None:
+    await apublish(aclient, f"{BASE}/republish?to={BASE}/webhook", "cascade")
+
+    deliveries = await qstash.atick()
+
+    assert len(deliveries) == 2
+    assert web.inbox.routes == ["republish", "webhook"]
+
+
+@pytest.mark.qstash(max_deliveries_per_instant=25)
+def test_runaway_cascade_stops_with_a_loop_error(
+    qstash: FakeQStash, client: QStash, web: WebApp
+) -> None:
+    publish(client, f"{BASE}/loop", "again")
+
+    with pytest.raises(DeliveryLoopError, match="loop") as info:
+        qstash.tick()
+
+    assert f"{BASE}/loop" in str(info.value)
+    assert len(qstash.deliveries) == 25
+
+
+def test_runaway_cascade_default_limit(qstash: FakeQStash, client: QStash) -> None:
+    republisher = QStash(os.environ["QSTASH_TOKEN"], retry=False)
+
+    def forever(request: httpx.Request) -> None:
+        republisher.message.publish(url=str(request.url), body=request.content)
+
+    qstash.mount(BASE, forever)
+    publish(client, f"{BASE}/forever")
+
+    with pytest.raises(DeliveryLoopError):
+        qstash.tick()
+
+    assert 1000 <= len(qstash.deliveries) <= 1001
+
+
+@pytest.mark.asyncio
+@pytest.mark.qstash(max_deliveries_per_instant=10)
+async def test_async_runaway_cascade(qstash: FakeQStash, aclient: AsyncQStash, web: WebApp) -> None:
+    await apublish(aclient, f"{BASE}/loop")
+
+    with pytest.raises(DeliveryLoopError):
+        await qstash.atick()
+    # The messages are kept: the last one is still waiting.
+    assert any(m.state == "CREATED" for m in qstash.messages)

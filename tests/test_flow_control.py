@@ -1,0 +1,140 @@
+"""Flow control through the real SDK: rate limits on virtual time, pause, pin, reset."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from qstash import AsyncQStash, QStash
+from qstash.errors import QStashError
+
+from pytest_qstash import FakeQStash
+
+START = datetime(2026, 5, 1, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def hits(qstash: FakeQStash) -> list[datetime]:
+    got: list[datetime] = []
+    qstash.mount("https://api.test", lambda request: got.append(qstash.now))
+    return got
+
+
+@pytest.fixture
+def client() -> QStash:
+    return QStash(os.environ["QSTASH_TOKEN"])
+
+
+def publish(client: QStash, n: int, **flow: int | str) -> None:
+    for i in range(n):
+        client.message.publish(
+            url=f"https://api.test/{i}",
+            body=str(i),
+            flow_control={"key": "partner-api", **flow},  # type: ignore[typeddict-item]
+        )
+
+
+@pytest.mark.qstash(start=START)
+def test_rate_spreads_deliveries_over_periods(
+    qstash: FakeQStash, client: QStash, hits: list[datetime]
+) -> None:
+    publish(client, 5, rate=2, period="1m")
+
+    assert len(qstash.tick()) == 2
+    info = client.flow_control.get("partner-api")
+    assert (info.rate_max, info.rate_period, info.wait_list_size) == (2, 60, 3)
+
+    qstash.advance("10m")
+    assert hits == [START] * 2 + [START + timedelta(minutes=1)] * 2 + [START + timedelta(minutes=2)]
+    # Each message went out in publish order.
+    assert [d.url for d in qstash.deliveries] == [f"https://api.test/{i}" for i in range(5)]
+    assert client.flow_control.get("partner-api").wait_list_size == 0
+
+
+@pytest.mark.qstash(start=START)
+def test_message_keeps_its_flow_control_settings(
+    qstash: FakeQStash, client: QStash, hits: list[datetime]
+) -> None:
+    publish(client, 1, rate=23, period="1h30m3s")
+    message = client.message.get(qstash.messages[0].message_id)
+    assert message.flow_control is not None
+    assert message.flow_control.key == "partner-api"
+    assert message.flow_control.rate == 23
+    assert message.flow_control.period == 5403
+    assert message.flow_control.parallelism is None
+
+
+@pytest.mark.qstash(start=START)
+def test_paused_key_holds_messages_until_resumed(
+    qstash: FakeQStash, client: QStash, hits: list[datetime]
+) -> None:
+    publish(client, 1, parallelism=1)
+    qstash.tick()
+    client.flow_control.pause("partner-api")
+    publish(client, 2, parallelism=1)
+
+    qstash.advance("1d")
+    assert len(hits) == 1
+    assert client.flow_control.get("partner-api").is_paused is True
+    assert client.flow_control.get("partner-api").wait_list_size == 2
+
+    client.flow_control.resume("partner-api")
+    qstash.tick()
+    assert len(hits) == 3
+
+
+@pytest.mark.qstash(start=START)
+def test_pin_overrides_message_limits_and_unpin_releases_them(
+    qstash: FakeQStash, client: QStash, hits: list[datetime]
+) -> None:
+    publish(client, 1, rate=100)
+    qstash.tick()
+    client.flow_control.pin("partner-api", {"parallelism": 3, "rate": 1, "period": 120})
+    info = client.flow_control.get("partner-api")
+    assert (info.parallelism_max, info.rate_max, info.rate_period) == (3, 1, 120)
+    assert info.is_pinned_parallelism and info.is_pinned_rate
+
+    publish(client, 2, rate=100)
+    qstash.tick()
+    assert len(hits) == 2  # the pinned rate of 1 per 120 s wins over the messages' 100
+    qstash.advance("2m")
+    assert len(hits) == 3
+
+    client.flow_control.unpin("partner-api", {"parallelism": True})
+    info = client.flow_control.get("partner-api")
+    assert not info.is_pinned_parallelism and info.is_pinned_rate
+
+
+@pytest.mark.qstash(start=START)
+def test_reset_rate_starts_a_new_period_now(
+    qstash: FakeQStash, client: QStash, hits: list[datetime]
+) -> None:
+    publish(client, 3, rate=1, period="1h")
+    qstash.tick()
+    assert len(hits) == 1
+    client.flow_control.reset_rate("partner-api")
+    qstash.tick()
+    assert len(hits) == 2
+    assert client.flow_control.get("partner-api").rate_count == 1
+
+
+def test_flow_control_errors_and_global_parallelism(qstash: FakeQStash, client: QStash) -> None:
+    with pytest.raises(QStashError, match="404"):
+        client.flow_control.get("unknown-key")
+    info = client.flow_control.get_global_parallelism()
+    assert info.parallelism_max > 0
+    assert info.parallelism_count == 0
+
+
+@pytest.mark.asyncio
+@pytest.mark.qstash(start=START)
+async def test_async_rate_limit(qstash: FakeQStash, hits: list[datetime]) -> None:
+    client = AsyncQStash(os.environ["QSTASH_TOKEN"])
+    for i in range(3):
+        await client.message.publish(
+            url=f"https://api.test/{i}", flow_control={"key": "k", "rate": 1, "period": 10}
+        )
+    await qstash.aadvance("25s")
+    assert hits == [START, START + timedelta(seconds=10), START + timedelta(seconds=20)]
+    assert (await client.flow_control.get("k")).wait_list_size == 0
