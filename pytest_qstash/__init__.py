@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .api.faults import Fault
 from .durations import parse_duration_ms
 from .errors import AsyncContextError, DeliveryLoopError, QStashFakeError, UnroutedDeliveryError
 from .fake import FakeQStash
@@ -18,6 +19,7 @@ __all__ = [
     "Endpoint",
     "Event",
     "FakeQStash",
+    "Fault",
     "FlowControl",
     "Message",
     "MessageState",

@@ -2,8 +2,9 @@
 
 Two backends, chosen once: time-machine when it is installed (it swaps the C-level clock
 functions, so starting it costs microseconds), else freezegun (it rebinds names across every
-loaded module, about 10 ms with a web stack imported). Neither touches ``time.monotonic``, so
-event loops keep real time: freezegun is started with ``real_asyncio=True``.
+loaded module, about 10 ms with a web stack imported). time-machine leaves ``time.monotonic``
+alone; freezegun freezes it (and ``perf_counter``) too, so it is started with
+``real_asyncio=True`` to keep event loops on real time.
 """
 
 from __future__ import annotations
@@ -77,7 +78,14 @@ class FreezegunClock:
     def start(self, ms: int) -> None:
         import freezegun
 
-        self._freezer = freezegun.freeze_time(ms_to_datetime(ms), tick=False, real_asyncio=True)
+        self._freezer = freezegun.freeze_time(
+            ms_to_datetime(ms),
+            tick=False,
+            real_asyncio=True,
+            # pytest times each test with _pytest.timing's perf_counter: the module scan
+            # would freeze it and every duration pytest reports would be nonsense.
+            ignore=["_pytest.timing"],
+        )
         self._factory = self._freezer.start()
         self._ms = ms
 

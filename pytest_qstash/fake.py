@@ -23,7 +23,7 @@ from .intercept import DEFAULT_HOSTS, QStashRouter
 from .state.account import Account
 from .state.clock import VirtualClock
 from .state.ids import IdGenerator
-from .state.models import Delivery, DlqEntry, Event, Message
+from .state.models import Delivery, DlqEntry, Event, Message, ms_to_datetime
 from .state.queues import Queue
 from .state.retry import DEFAULT_RETRIES
 from .state.schedules import Schedule
@@ -52,6 +52,7 @@ class FakeQStash:
         default_retries: int = DEFAULT_RETRIES,
         dedup_window: Duration = DEFAULT_DEDUP_WINDOW_MS / 1000,
         max_deliveries_per_instant: int = 1000,
+        max_deliveries_per_call: int = 1_000_000,
         base_urls: list[str] | None = None,
         token: str | None = None,
         current_signing_key: str | None = None,
@@ -88,6 +89,7 @@ class FakeQStash:
                 strict_routing=strict,
                 app_clock_follows=freeze_time,
                 max_same_instant=max_deliveries_per_instant,
+                max_per_call=max_deliveries_per_call,
             ),
             on_time=self._app_clock.move_to,
         )
@@ -203,33 +205,45 @@ class FakeQStash:
 
     def tick(self) -> list[Delivery]:
         """Deliver everything due now (and whatever that publishes for now), in order."""
-        _refuse_inside_loop("tick", "atick")
+        __tracebackhide__ = True
+        _refuse_inside_loop("tick()", "atick()")
         return self._dispatcher.run(self.clock.now_ms)
 
     def advance(self, duration: Duration) -> list[Delivery]:
         """Move time forward by ``duration``, delivering each due message at its own time."""
-        _refuse_inside_loop("advance", "aadvance")
+        __tracebackhide__ = True
+        _refuse_inside_loop("advance(...)", "aadvance(...)")
         return self._dispatcher.run(self._target(duration))
 
     def advance_to(self, moment: datetime | str) -> list[Delivery]:
-        _refuse_inside_loop("advance_to", "aadvance_to")
+        """Move time forward to ``moment``, delivering each due message at its own time."""
+        __tracebackhide__ = True
+        _refuse_inside_loop("advance_to(...)", "aadvance_to(...)")
         return self._dispatcher.run(self._moment(moment))
 
     async def atick(self) -> list[Delivery]:
+        __tracebackhide__ = True
         return await self._dispatcher.arun(self.clock.now_ms)
 
     async def aadvance(self, duration: Duration) -> list[Delivery]:
+        __tracebackhide__ = True
         return await self._dispatcher.arun(self._target(duration))
 
     async def aadvance_to(self, moment: datetime | str) -> list[Delivery]:
+        __tracebackhide__ = True
         return await self._dispatcher.arun(self._moment(moment))
 
     def next_due(self) -> datetime | None:
-        """When the next thing is due, or None when nothing is pending."""
+        """When the next delivery or cron firing is due, or None when nothing is pending."""
         for event in self.clock.pending():
-            if self.store.is_current(event.target, event.generation) is not None:
-                from .state.models import ms_to_datetime
-
+            if event.kind == "deliver":
+                live = self.store.is_current(event.target, event.generation) is not None
+            elif event.kind == "cron":
+                schedule = self.store.schedules.get(event.target)
+                live = schedule is not None and schedule.generation == event.generation
+            else:
+                live = True
+            if live:
                 return ms_to_datetime(event.due_ms)
         return None
 
@@ -301,8 +315,8 @@ def _refuse_inside_loop(name: str, async_name: str) -> None:
     except RuntimeError:
         return
     raise AsyncContextError(
-        f"qstash.{name}() blocks, and this code runs inside an event loop: "
-        f"use `await qstash.{async_name}(...)` here instead"
+        f"qstash.{name} blocks, and this code runs inside an event loop: "
+        f"use `await qstash.{async_name}` here instead"
     )
 
 

@@ -26,6 +26,7 @@ MARKER_OPTIONS = (
     "default_retries",
     "dedup_window",
     "max_deliveries_per_instant",
+    "max_deliveries_per_call",
     "base_urls",
 )
 _BOOL_INI = {
@@ -51,10 +52,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("qstash_start", "the virtual clock's start (ISO 8601); default: real now")
 
 
-def pytest_configure(config: pytest.Config) -> None:
+def _set_default_env() -> None:
     # Apps read these at import time, before any fixture runs: set them once, if unset.
     for name, value in DEFAULT_ENV.items():
         os.environ.setdefault(name, value)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    # Before the first conftest.py is imported: one may import the app at module level.
+    _set_default_env()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _set_default_env()  # for `-p pytest_qstash.plugin` and pytester runs
     config.addinivalue_line(
         "markers",
         "qstash(**options): settings for the qstash fixture, e.g. start='2026-01-01T00:00:00Z', "
@@ -73,15 +84,17 @@ def _settings(request: pytest.FixtureRequest) -> dict[str, Any]:
     # Nearest marker wins: test over class over module.
     for marker in reversed(list(request.node.iter_markers("qstash"))):
         if marker.args:
-            raise pytest.UsageError(
+            pytest.fail(
                 "@pytest.mark.qstash takes keyword arguments only, e.g. "
-                "@pytest.mark.qstash(start='2026-01-01T00:00:00Z')"
+                "@pytest.mark.qstash(start='2026-01-01T00:00:00Z')",
+                pytrace=False,
             )
         unknown = set(marker.kwargs) - set(MARKER_OPTIONS)
         if unknown:
-            raise pytest.UsageError(
+            pytest.fail(
                 f"unknown @pytest.mark.qstash option(s) {sorted(unknown)}: "
-                f"expected some of {', '.join(MARKER_OPTIONS)}"
+                f"expected some of {', '.join(MARKER_OPTIONS)}",
+                pytrace=False,
             )
         settings.update(marker.kwargs)
     return settings
@@ -119,5 +132,7 @@ def pytest_runtest_makereport(
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
     fake = item.stash.get(_FAKE_KEY, None)
-    if fake is not None and report.failed and call.when == "call":
+    # Only when the fake saw something: an empty timeline is noise in a failure report.
+    used = fake is not None and (fake.store.messages or fake.store.schedules)
+    if fake is not None and used and report.failed and call.when == "call":
         report.sections.append(("qstash", timeline(fake.store, len(fake.deliveries))))

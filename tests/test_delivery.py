@@ -257,6 +257,33 @@ def test_unrouted_delivery_is_an_error_and_the_message_is_kept(
     assert other.inbox.received == []
 
 
+@pytest.mark.respx(assert_all_called=False)
+def test_unrouted_when_the_users_respx_routes_do_not_match(
+    qstash: FakeQStash, client: QStash, respx_mock: respx.MockRouter
+) -> None:
+    respx_mock.post("https://partner.test/other").respond(200)
+    publish(client, "https://partner.test/hook")
+
+    with pytest.raises(UnroutedDeliveryError, match="respx") as info:
+        qstash.tick()
+
+    assert info.value.url == "https://partner.test/hook"
+    assert qstash.messages[0].state == "CREATED"
+
+
+@pytest.mark.asyncio
+async def test_async_unrouted_delivery(qstash: FakeQStash, aclient: AsyncQStash) -> None:
+    await apublish(aclient, f"{BASE}/webhook", "kept")
+
+    with pytest.raises(UnroutedDeliveryError, match="nothing is mounted"):
+        await qstash.atick()
+
+    web = make_starlette_app()
+    qstash.mount(BASE, web.app)
+    assert [d.status for d in await qstash.atick()] == [200]
+    assert [r.body for r in web.inbox.received] == ["kept"]
+
+
 @pytest.mark.qstash(strict=False)
 def test_unrouted_delivery_is_a_failed_attempt_when_not_strict(
     qstash: FakeQStash, client: QStash
@@ -393,6 +420,27 @@ def test_runaway_cascade_stops_with_a_loop_error(
 
     assert f"{BASE}/loop" in str(info.value)
     assert len(qstash.deliveries) == 25
+
+
+@pytest.mark.qstash(max_deliveries_per_instant=5)
+def test_a_tests_own_loop_of_ticks_is_no_runaway(qstash: FakeQStash, client: QStash) -> None:
+    # Many tick() calls at one instant are the test's doing, not a cascade: each counts afresh.
+    qstash.mount(BASE, lambda request: None)
+    for n in range(8):
+        publish(client, f"{BASE}/{n}")
+        assert len(qstash.tick()) == 1
+
+
+@pytest.mark.qstash(max_deliveries_per_instant=5)
+def test_many_independent_messages_due_at_once_are_no_runaway(
+    qstash: FakeQStash, client: QStash
+) -> None:
+    # A burst the test itself published is not a cascade, however large.
+    qstash.mount(BASE, lambda request: None)
+    client.message.batch(
+        [{"url": f"{BASE}/{n}", "body": str(n)} for n in range(50)]  # type: ignore[typeddict-item]
+    )
+    assert len(qstash.tick()) == 50
 
 
 def test_runaway_cascade_default_limit(qstash: FakeQStash, client: QStash) -> None:

@@ -27,6 +27,7 @@ import django
 from django.apps import apps
 from django.core.asgi import get_asgi_application
 from django.core.wsgi import get_wsgi_application
+from django.test import override_settings
 from qstash import AsyncQStash, QStash
 
 from pytest_qstash import FakeQStash
@@ -77,7 +78,7 @@ def _fresh_project_state() -> Iterator[None]:
 
 @pytest.fixture(params=sorted(APPS))
 def kind(request: pytest.FixtureRequest, qstash: FakeQStash) -> str:
-    """Mounts the project as a WSGI app, then as an ASGI app (driven through the portal)."""
+    """Mounts the project as an ASGI app (driven through the portal), then as a WSGI app."""
     name: str = request.param
     qstash.mount(BASE, APPS[name])
     return name
@@ -145,6 +146,33 @@ def test_a_bad_signature_is_refused_by_the_view(
     assert views.received == []
     [entry] = qstash.dlq
     assert entry.response_status == 401
+
+
+def test_django_turns_a_view_exception_into_a_500(
+    qstash: FakeQStash, client: QStash, kind: str
+) -> None:
+    client.message.publish_json(url=f"{BASE}/boom/", body={})
+
+    [delivery] = qstash.tick()  # Django answered the exception itself: nothing to re-raise
+
+    assert delivery.status == 500
+    assert qstash.messages[0].state == "RETRY"
+
+
+def test_a_propagated_view_exception_is_raised_from_tick(
+    qstash: FakeQStash, client: QStash, kind: str
+) -> None:
+    client.message.publish_json(url=f"{BASE}/boom/", body={})
+
+    with (
+        override_settings(DEBUG_PROPAGATE_EXCEPTIONS=True),
+        pytest.raises(RuntimeError, match="boom from the Django view"),
+    ):
+        qstash.tick()
+
+    [delivery] = qstash.deliveries
+    assert delivery.status == 500  # still an attempt QStash will retry
+    assert qstash.messages[0].state == "RETRY"
 
 
 @pytest.mark.asyncio

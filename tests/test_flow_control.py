@@ -93,7 +93,8 @@ def test_pin_overrides_message_limits_and_unpin_releases_them(
     client.flow_control.pin("partner-api", {"parallelism": 3, "rate": 1, "period": 120})
     info = client.flow_control.get("partner-api")
     assert (info.parallelism_max, info.rate_max, info.rate_period) == (3, 1, 120)
-    assert info.is_pinned_parallelism and info.is_pinned_rate
+    assert info.is_pinned_parallelism
+    assert info.is_pinned_rate
 
     publish(client, 2, rate=100)
     qstash.tick()
@@ -103,7 +104,8 @@ def test_pin_overrides_message_limits_and_unpin_releases_them(
 
     client.flow_control.unpin("partner-api", {"parallelism": True})
     info = client.flow_control.get("partner-api")
-    assert not info.is_pinned_parallelism and info.is_pinned_rate
+    assert not info.is_pinned_parallelism
+    assert info.is_pinned_rate
 
 
 @pytest.mark.qstash(start=START)

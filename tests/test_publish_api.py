@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from datetime import datetime, timedelta, timezone
@@ -592,3 +593,58 @@ def test_unserved_endpoint_is_an_error_naming_it(
 
     assert response.status_code in (404, 405, 501)
     assert f"{method} {path}" in response.json()["error"]
+
+
+def test_binary_body_is_shown_as_base64_and_delivered_as_is(
+    qstash: FakeQStash, client: QStash
+) -> None:
+    seen = capture(qstash)
+    payload = b"\x00\xffbinary\xfe"
+    response = client.message.publish(
+        url=f"{APP}/bin", body=payload, content_type="application/octet-stream"
+    )
+    assert isinstance(response, PublishResponse)
+
+    got = client.message.get(response.message_id)
+    assert got.body is None
+    assert got.body_base64 is not None
+    assert base64.b64decode(got.body_base64) == payload
+    qstash.tick()
+    assert seen[0].content == payload
+
+
+def test_cancel_a_message_waiting_for_its_retry(qstash: FakeQStash, client: QStash) -> None:
+    attempts: list[str] = []
+
+    def failing(request: httpx.Request) -> int:
+        attempts.append(request.headers["upstash-retried"])
+        return 503
+
+    qstash.mount(APP, failing)
+    response = client.message.publish(url=f"{APP}/flaky", body="x")
+    assert isinstance(response, PublishResponse)
+    qstash.tick()
+
+    waiting = client.message.get(response.message_id)  # still there while retrying
+    assert waiting.message_id == response.message_id
+    assert client.message.cancel_many([response.message_id]) == 1
+
+    assert qstash.advance("7d") == []
+    assert attempts == ["0"]
+    assert qstash.messages[0].state == "CANCELED"
+    assert qstash.dlq == []
+    with pytest.raises(QStashError, match="404"):
+        client.message.get(response.message_id)
+
+
+def test_run_now_releases_a_delayed_message(qstash: FakeQStash, client: QStash) -> None:
+    hits: list[str] = []
+    qstash.mount("https://later.test", lambda request: hits.append(request.url.path))
+    message_id = client.message.publish(url="https://later.test/job", delay="7d").message_id
+
+    response = raw("POST", f"/v2/messages/{message_id}/retry")
+
+    assert response.status_code == 200
+    assert qstash.tick()[0].message_id == message_id
+    assert hits == ["/job"]
+    assert raw("POST", f"/v2/messages/{message_id}/retry").status_code == 404

@@ -151,9 +151,7 @@ def test_cron_tz_prefix_follows_the_zone_across_dst(
     qstash: FakeQStash, client: QStash, received: list[tuple[datetime, str, dict[str, str]]]
 ) -> None:
     # 04:00 in New York is 09:00 UTC before the 2026-03-08 DST change and 08:00 after it.
-    client.schedule.create(
-        destination=f"{BASE}/tick", cron="CRON_TZ=America/New_York 0 4 * * *"
-    )
+    client.schedule.create(destination=f"{BASE}/tick", cron="CRON_TZ=America/New_York 0 4 * * *")
     deliveries = qstash.advance("2d")
     assert [d.at for d in deliveries] == [
         datetime(2026, 3, 8, 8, 0, tzinfo=timezone.utc),

@@ -26,6 +26,7 @@ _TABLE: list[tuple[str, str, Handler]] = [
     ("POST", r"/v2/batch", publish.batch),
     ("GET", r"/v2/messages/(?P<message_id>[^/]+)", messages.get_message),
     ("DELETE", r"/v2/messages/(?P<message_id>[^/]+)", messages.cancel_message),
+    ("POST", r"/v2/messages/(?P<message_id>[^/]+)/retry", messages.run_message_now),
     ("DELETE", r"/v2/messages/?", messages.cancel_messages),
     ("GET", r"/v2/keys", keys.get_keys),
     ("POST", r"/v2/keys/rotate", keys.rotate_keys),
@@ -77,6 +78,8 @@ _ROUTES = [(method, re.compile(pattern), handler) for method, pattern, handler i
 #: QStash resources this fake does not serve yet: answered 501 with the endpoint named.
 _NOT_YET = (
     "/v2/workflows",
+    "/v2/trigger",
+    "/v2/waiters",
     "/v2/notify",
     "/v2/wait",
 )

@@ -20,6 +20,19 @@ def cancel_message(store: Store, request: httpx.Request, message_id: str) -> htt
     return json_response({"cancelled": 1})
 
 
+def run_message_now(store: Store, request: httpx.Request, message_id: str) -> httpx.Response:
+    """Release a waiting message (delayed, or between retries) to be delivered now."""
+    message = _waiting(store, message_id)
+    if message.queue is not None:
+        raise ApiError(
+            400,
+            f"message {message_id} is in queue {message.queue}: queued "
+            "messages are delivered in order and cannot be run now",
+        )
+    store.run_now(message)
+    return json_response({"messageId": message_id})
+
+
 def cancel_messages(store: Store, request: httpx.Request) -> httpx.Response:
     """Bulk cancel. The SDK sends ``{"messageIds": [...]}``; an empty list, or no body at
     all, cancels every message. Newer clients send the same filters as query parameters."""

@@ -52,7 +52,7 @@ def _publish(
 ) -> Results:
     opts = _options(headers)
     try:
-        return store.publish(destination, content, opts, queue=queue or opts.queue)
+        return store.publish(destination, content, opts, queue=queue)
     except UnknownDestination:
         raise ApiError(400, INVALID_DESTINATION) from None
 

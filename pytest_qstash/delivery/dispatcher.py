@@ -67,30 +67,38 @@ class Dispatcher:
         self.settings = settings
         self.deliveries: list[Delivery] = []
         self._on_time = on_time  # keeps the app-visible clock on the virtual one
-        self._instant_ms = -1
-        self._instant_count = 0
         self._recent: deque[tuple[str, str]] = deque(maxlen=5)
+        # Parsed destination URLs: parsing is half the cost of building a delivery request.
+        self._urls: dict[str, httpx.URL] = {}
 
     # -- the two loops ----------------------------------------------------------------------
     def run(self, until_ms: int) -> list[Delivery]:
+        __tracebackhide__ = True
         made: list[Delivery] = []
-        while (job := self.next_job(until_ms, len(made))) is not None:
-            try:
-                outcome = self.sender.send(job.request)
-            except Unrouted as exc:
-                outcome = self._unrouted(job, exc)
-            made.append(self.finish(job, outcome))
+        try:
+            while (job := self.next_job(until_ms, len(made))) is not None:
+                try:
+                    outcome = self.sender.send(job.request)
+                except Unrouted as exc:
+                    outcome = self._unrouted(job, exc)
+                made.append(self.finish(job, outcome))
+        finally:
+            self.store.delivering = None
         self.settle(until_ms)
         return made
 
     async def arun(self, until_ms: int) -> list[Delivery]:
+        __tracebackhide__ = True
         made: list[Delivery] = []
-        while (job := self.next_job(until_ms, len(made))) is not None:
-            try:
-                outcome = await self.sender.asend(job.request)
-            except Unrouted as exc:
-                outcome = self._unrouted(job, exc)
-            made.append(self.finish(job, outcome))
+        try:
+            while (job := self.next_job(until_ms, len(made))) is not None:
+                try:
+                    outcome = await self.sender.asend(job.request)
+                except Unrouted as exc:
+                    outcome = self._unrouted(job, exc)
+                made.append(self.finish(job, outcome))
+        finally:
+            self.store.delivering = None
         self.settle(until_ms)
         return made
 
@@ -112,6 +120,7 @@ class Dispatcher:
             self._guard(message, made)
             self._on_time(self.clock.now_ms)
             self.store.start_attempt(message)
+            self.store.delivering = message
             return Job(message, self._request(message), self.clock.now_ms, previous)
         return None
 
@@ -171,7 +180,12 @@ class Dispatcher:
             jti=self.store.ids.jwt_id(),
         )
         content = message.content if message.content or message.method != "GET" else None
-        return httpx.Request(message.method, message.url, headers=headers, content=content)
+        url = self._urls.get(message.url)
+        if url is None:
+            if len(self._urls) >= 1024:  # bounded: unique URLs per message must not pile up
+                self._urls.clear()
+            url = self._urls[message.url] = httpx.URL(message.url)
+        return httpx.Request(message.method, url, headers=headers, content=content)
 
     def _unrouted(self, job: Job, exc: Unrouted) -> Outcome:
         if self.settings.strict_routing:
@@ -182,26 +196,29 @@ class Dispatcher:
         return Outcome(None, httpx.Headers(), b"", f"unrouted: {exc.reason}")
 
     def _guard(self, message: Message, made: int) -> None:
-        if self.clock.now_ms != self._instant_ms:
-            self._instant_ms, self._instant_count = self.clock.now_ms, 0
-        self._instant_count += 1
+        """Stop a runaway cascade: a chain of deliveries, each publishing the next for the
+        same instant, that never lets time move. Plenty of independent messages due at once
+        are no cascade, and are never stopped."""
         self._recent.append((message.message_id, message.url))
-        too_many_now = self._instant_count > self.settings.max_same_instant
-        if not too_many_now and made < self.settings.max_per_call:
+        runaway = message.cascade_depth >= self.settings.max_same_instant
+        if not runaway and made < self.settings.max_per_call:
             return
         self.store.requeue(message, message.state)
         recent = "; ".join(f"{mid} -> {url}" for mid, url in self._recent)
-        if too_many_now:
+        if runaway:
             what = (
-                f"{self._instant_count - 1} deliveries at the same virtual instant "
-                f"{ms_to_datetime(self.clock.now_ms).isoformat()} without time moving"
+                f"a chain of {message.cascade_depth} deliveries, each publishing the next for "
+                f"the same virtual instant {ms_to_datetime(self.clock.now_ms).isoformat()}: a "
+                "handler seems to republish at once, forever"
             )
+            limit = "FakeQStash(max_deliveries_per_instant=...)"
         else:
             what = f"{made} deliveries in one call"
+            limit = "FakeQStash(max_deliveries_per_call=...)"
         raise DeliveryLoopError(
-            f"delivery loop stopped after {what}: a handler seems to republish at once, "
-            f"forever. Most recent: {recent}. The messages are kept; raise the limit "
-            "(FakeQStash(max_deliveries_per_instant=...)) if this is intended."
+            f"delivery loop stopped after {what}. Most recent: {recent}. "
+            f"Nothing is lost: the messages are kept. Raise the limit ({limit}) if this is "
+            "intended."
         )
 
     def _callback(

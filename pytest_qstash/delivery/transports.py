@@ -9,8 +9,10 @@ pytest-httpx can answer them; the network is only used for loopback hosts.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import ipaddress
+import ssl
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
@@ -83,7 +85,7 @@ class Sender:
     def _send_unmounted(self, request: httpx.Request) -> Outcome:
         self._check_can_route(request)
         try:
-            with httpx.Client() as client:
+            with httpx.Client(verify=_ssl_context()) as client:
                 return Outcome.of_response(client.send(request))
         except Exception as exc:
             return _network_failure(exc)
@@ -108,7 +110,7 @@ class Sender:
     async def _asend_unmounted(self, request: httpx.Request) -> Outcome:
         self._check_can_route(request)
         try:
-            async with httpx.AsyncClient() as client:
+            async with httpx.AsyncClient(verify=_ssl_context()) as client:
                 return Outcome.of_response(await client.send(request))
         except Exception as exc:
             return _network_failure(exc)
@@ -172,6 +174,12 @@ def _callable_outcome(result: Any) -> Outcome:
     raise TypeError(
         f"a mounted callable returned {result!r}: expected an httpx.Response, an int status or None"
     )
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    # Loading the CA bundle costs ~20 ms: once per process, not once per unmounted delivery.
+    return httpx.create_ssl_context()
 
 
 def _is_loopback(host: str) -> bool:

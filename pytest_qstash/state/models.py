@@ -117,6 +117,9 @@ class Message:
     callback_for: str | None = None
     workflow_run_id: str | None = None
     deliveries: list[Delivery] = field(default_factory=list)
+    #: How many deliveries in a row, at one virtual instant, led to this message (0 when it
+    #: was published by the test, or is due later): what the loop guard watches.
+    cascade_depth: int = 0
 
     @property
     def body(self) -> str:

@@ -90,6 +90,8 @@ class Store:
         self.flow_keys: dict[str, FlowKey] = {}
         self._dedup: dict[str, tuple[str, int]] = {}
         self._generation: dict[str, int] = {}
+        #: The message whose delivery is running: what it publishes is its cascade.
+        self.delivering: Message | None = None
         self._dlq_seq = 0
         self._expressions: dict[str, RetryDelayExpression] = {}
 
@@ -139,6 +141,9 @@ class Store:
             redact=opts.redact,
             callback_for=callback_for,
         )
+        parent = self.delivering
+        if parent is not None and not_before <= now:
+            message.cascade_depth = parent.cascade_depth + 1
         self.messages[message.message_id] = message
         if queue is not None:
             self.queue(queue).members[message.message_id] = None
@@ -284,6 +289,11 @@ class Store:
         if message.flow_control and message.flow_control.key in self.flow_keys:
             self.flow_keys[message.flow_control.key].waiting.pop(message.message_id, None)
         return True
+
+    def run_now(self, message: Message) -> None:
+        """Make a waiting message due now (QStash's "run now" / "retry now")."""
+        message.not_before_ms = self.clock.now_ms
+        self._schedule(message, self.clock.now_ms)
 
     def pending(self) -> Iterable[Message]:
         return (m for m in self.messages.values() if not m.done)

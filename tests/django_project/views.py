@@ -71,3 +71,8 @@ def hook(request: HttpRequest) -> HttpResponse:
 @require_POST
 async def async_hook(request: HttpRequest) -> HttpResponse:
     return _verify_and_record(request, "async")
+
+
+@csrf_exempt
+def boom(request: HttpRequest) -> HttpResponse:
+    raise RuntimeError("boom from the Django view")

@@ -1,0 +1,645 @@
+"""pytest-qstash benchmarks: every figure beside its floor or baseline, measured in one run.
+
+    python benchmarks/run.py          # full run: checks the budgets, exits 1 when one is missed
+    python benchmarks/run.py --smoke  # a few seconds: proves the benchmarks run, judges nothing
+    python benchmarks/run.py --profile  # pyinstrument tree of publish_json + tick (needs it)
+
+Machines are noisy, so no figure is judged on its own: each is timed side by side with what it
+is compared to, in alternating rounds of the same process, and the medians are compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import gc
+import hashlib
+import importlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# The environment the pytest plugin sets before collection; apps (and the SDKs) read it.
+from pytest_qstash.state.account import DEFAULT_ENV
+
+for _name, _value in DEFAULT_ENV.items():
+    os.environ.setdefault(_name, _value)
+
+import anyio.from_thread  # noqa: E402
+import httpx  # noqa: E402
+import jwt  # noqa: E402
+import qstash  # noqa: E402
+import respx  # noqa: E402
+from starlette.applications import Starlette  # noqa: E402
+from starlette.requests import Request  # noqa: E402
+from starlette.responses import PlainTextResponse, Response  # noqa: E402
+from starlette.routing import Route  # noqa: E402
+
+from pytest_qstash import FakeQStash  # noqa: E402
+from pytest_qstash.appclock import make_app_clock  # noqa: E402
+
+# A realistic process for the fixture-cost budget: the web stacks and both SDKs loaded.
+WEB_STACKS = ("django", "django.test", "fastapi", "flask", "upstash_workflow")
+for _module in WEB_STACKS:
+    importlib.import_module(_module)
+
+APP_BASE = "https://app.bench"
+HOOK = f"{APP_BASE}/hook"
+PUBLISH_PREFIX = "https://qstash.upstash.io/v2/publish/"
+START = "2026-01-01T00:00:00Z"
+# The pytest plugin's defaults (no marker, no ini option).
+FIXTURE_DEFAULTS: dict[str, Any] = {
+    "freeze_time": True,
+    "raise_app_exceptions": True,
+    "strict": True,
+    "time_library": "auto",
+}
+
+
+# -- results --------------------------------------------------------------------------------
+@dataclass
+class Row:
+    figure: str
+    ours: str
+    baseline: str
+    ratio: str
+    budget: str
+    status: str  # PASS, FAIL, INFO (no budget), SKIP (cannot be measured yet), ran (smoke)
+
+
+class Report:
+    def __init__(self, smoke: bool) -> None:
+        self.smoke = smoke
+        self.rows: list[Row] = []
+
+    def check(
+        self,
+        figure: str,
+        ours: str,
+        baseline: str,
+        ratio: float | None,
+        budget: str,
+        ok: bool | None,
+    ) -> None:
+        """``ok`` None: informational. In smoke mode nothing is judged."""
+        if self.smoke:
+            status = "ran"
+        elif ok is None:
+            status = "INFO"
+        else:
+            status = "PASS" if ok else "FAIL"
+        shown = "-" if ratio is None else f"{ratio:.2f}x"
+        self.rows.append(Row(figure, ours, baseline, shown, budget, status))
+
+    def skip(self, figure: str, why: str, budget: str) -> None:
+        self.rows.append(Row(figure, why, "-", "-", budget, "SKIP"))
+
+    def error(self, figure: str, exc: BaseException, budget: str) -> None:
+        text = f"{type(exc).__name__}: {exc}".splitlines()[0][:70]
+        self.rows.append(Row(figure, text, "-", "-", budget, "ERROR"))
+
+    def print(self) -> None:
+        head = Row("figure", "ours", "floor / baseline", "ratio", "budget", "result")
+        rows = [head, *self.rows]
+        cells = [(r.figure, r.ours, r.baseline, r.ratio, r.budget, r.status) for r in rows]
+        widths = [max(len(row[i]) for row in cells) for i in range(6)]
+        for index, row_cells in enumerate(cells):
+            print("  ".join(c.ljust(w) for c, w in zip(row_cells, widths, strict=True)).rstrip())
+            if index == 0:
+                print("  ".join("-" * w for w in widths))
+
+    @property
+    def failed(self) -> bool:
+        return any(r.status in ("FAIL", "ERROR") for r in self.rows)
+
+
+class Samples(dict[str, list[float]]):
+    """Per-round timings of cases measured side by side."""
+
+    def median(self, name: str) -> float:
+        return statistics.median(self[name])
+
+    def ratio(self, name: str, reference: str) -> float:
+        """Median of the per-round ratios: each round's pair ran back to back, so a slow spell
+        of the machine lands on both, and the median drops the rounds it split."""
+        return statistics.median(a / b for a, b in zip(self[name], self[reference], strict=True))
+
+
+def interleaved(cases: dict[str, Callable[[], float]], rounds: int) -> Samples:
+    """Run each case ``rounds`` times, alternating their order (ABBA...)."""
+    samples = Samples({name: [] for name in cases})
+    names = list(cases)
+    for index in range(rounds):
+        for name in names if index % 2 == 0 else reversed(names):
+            gc.collect()
+            samples[name].append(cases[name]())
+    return samples
+
+
+def us(seconds: float) -> str:
+    return f"{seconds * 1e6:,.0f} us"
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms"
+
+
+# -- the app every delivery goes to --------------------------------------------------------
+async def _hook(request: Request) -> Response:
+    await request.body()
+    return PlainTextResponse("ok")
+
+
+TRIVIAL_APP = Starlette(routes=[Route("/hook", _hook, methods=["POST"])])
+
+
+# -- 1. publish + deliver --------------------------------------------------------------------
+def publish_and_deliver(report: Report, n: int, rounds: int) -> float:
+    """Returns our cost per message (the plain-delivery reference for the workflow budget)."""
+
+    def ours() -> float:
+        with FakeQStash(start=START) as fake:
+            fake.mount(APP_BASE, TRIVIAL_APP)
+            client = qstash.QStash(fake.token, retry=False)
+            for i in range(min(n, 20)):  # warm-up
+                client.message.publish_json(url=HOOK, body={"n": i})
+                fake.tick()
+            began = time.perf_counter()
+            for i in range(n):
+                client.message.publish_json(url=HOOK, body={"n": i})
+                fake.tick()
+            elapsed = time.perf_counter() - began
+            assert len(fake.deliveries) == n + min(n, 20)
+            assert all(d.status == 200 for d in fake.deliveries)
+            return elapsed / n
+
+    def floor() -> float:
+        # What any in-process fake must spend: the SDK call answered by a static respx route
+        # (on the same respx mocker our interception uses), one HS256 token over the body, and
+        # one ASGI call of the same app through a blocking portal, as a sync tick makes it.
+        key = os.environ["QSTASH_CURRENT_SIGNING_KEY"]
+        transport = httpx.ASGITransport(app=TRIVIAL_APP)
+
+        async def asgi_call(request: httpx.Request) -> int:
+            response = await transport.handle_async_request(request)
+            await response.aread()
+            return response.status_code
+
+        with (
+            respx.mock(using="httpx", assert_all_called=False) as router,
+            anyio.from_thread.start_blocking_portal() as portal,
+        ):
+            router.post(url__startswith=PUBLISH_PREFIX).mock(
+                return_value=httpx.Response(200, json={"messageId": "msg_floor"})
+            )
+            client = qstash.QStash(os.environ["QSTASH_TOKEN"], retry=False)
+
+            def one(i: int) -> None:
+                client.message.publish_json(url=HOOK, body={"n": i})
+                content = json.dumps({"n": i}).encode()
+                digest = hashlib.sha256(content).digest()
+                claims = {
+                    "iss": "Upstash",
+                    "sub": HOOK,
+                    "iat": 1_767_225_600,
+                    "nbf": 1_767_225_600,
+                    "exp": 1_767_225_900,
+                    "jti": f"jwt_{i}",
+                    "body": base64.urlsafe_b64encode(digest).decode(),
+                }
+                token = jwt.encode(claims, key, algorithm="HS256")
+                request = httpx.Request(
+                    "POST",
+                    HOOK,
+                    headers={"Content-Type": "application/json", "Upstash-Signature": token},
+                    content=content,
+                )
+                assert portal.call(asgi_call, request) == 200
+
+            for i in range(min(n, 20)):
+                one(i)
+            began = time.perf_counter()
+            for i in range(n):
+                one(i)
+            return (time.perf_counter() - began) / n
+
+    result = interleaved({"ours": ours, "floor": floor}, rounds)
+    ratio = result.ratio("ours", "floor")
+    report.check(
+        f"1. publish_json + tick, per message ({rounds} x {n})",
+        us(result.median("ours")),
+        us(result.median("floor")) + " floor",
+        ratio,
+        "<= 1.5x",
+        ratio <= 1.5,
+    )
+    return result.median("ours")
+
+
+# -- 2. fixture cost -------------------------------------------------------------------------
+def fixture_cost_in_process(report: Report, n: int, rounds: int) -> None:
+    def empty() -> None:
+        pass
+
+    def bare() -> float:
+        began = time.perf_counter()
+        for _ in range(n):
+            empty()
+        return (time.perf_counter() - began) / n
+
+    def fixture(library: str) -> Callable[[], float]:
+        def run() -> float:
+            began = time.perf_counter()
+            for _ in range(n):
+                fake = FakeQStash(**{**FIXTURE_DEFAULTS, "time_library": library})
+                fake.__enter__()
+                fake.__exit__(None, None, None)
+            return (time.perf_counter() - began) / n
+
+        return run
+
+    default_library = make_app_clock("auto").name
+    result = interleaved(
+        {"bare": bare, "auto": fixture("auto"), "freezegun": fixture("freezegun")}, rounds
+    )
+    modules = len(sys.modules)
+    for library, label in (("auto", f"default ({default_library})"), ("freezegun", "freezegun")):
+        extra = result.median(library) - result.median("bare")
+        is_default = library == "auto"
+        report.check(
+            f"2. fixture in-process, {label}, {modules} modules ({rounds} x {n})",
+            f"{ms(result.median(library))} (+{ms(extra)})",
+            ms(result.median("bare")) + " empty test",
+            None,
+            "+<= 3 ms" if is_default else "info",
+            extra <= 0.003 if is_default else None,
+        )
+
+
+_CONFTEST = """
+import json, os, sys, time
+
+import pytest
+
+_CLOCK = (time.perf_counter,)  # a tuple: no time library rebinds what it holds
+import django, django.test, fastapi, flask, qstash, upstash_workflow  # noqa: E401
+
+_TIMES = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    began = _CLOCK[0]()
+    yield
+    _TIMES[item.name] = _CLOCK[0]() - began
+
+
+def pytest_sessionfinish(session):
+    with open(os.environ["BENCH_OUT"], "w") as out:
+        json.dump({"times": _TIMES, "modules": len(sys.modules)}, out)
+"""
+
+
+def fixture_cost_through_pytest(report: Report, n: int, library: str) -> None:
+    """The cost users feel: ``n`` tests using the fixture interleaved with ``n`` bare tests in
+    one pytest session; each test's whole protocol (set-up, call, tear-down, report) timed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "pytest.ini").write_text(f"[pytest]\nqstash_time_library = {library}\n")
+        (root / "conftest.py").write_text(_CONFTEST)
+        tests = "".join(
+            f"def test_bare_{i}():\n    pass\n\ndef test_fixture_{i}(qstash):\n    pass\n\n"
+            for i in range(n)
+        )
+        (root / "test_fixture_cost.py").write_text(tests)
+        out = root / "times.json"
+        env = {**os.environ, "BENCH_OUT": str(out)}
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root)]
+        completed = subprocess.run(
+            command, cwd=root, env=env, capture_output=True, text=True, check=False
+        )
+        if completed.returncode != 0:
+            raise RuntimeError(f"pytest failed: {completed.stdout[-500:]}{completed.stderr[-500:]}")
+        data = json.loads(out.read_text())
+    times: dict[str, float] = data["times"]
+    bare = statistics.median(t for name, t in times.items() if name.startswith("test_bare_"))
+    used = statistics.median(t for name, t in times.items() if name.startswith("test_fixture_"))
+    shown = make_app_clock(library).name if library == "auto" else library
+    is_default = library == "auto"
+    report.check(
+        f"2. per test via pytest, {shown}, {data['modules']} modules ({n}+{n} tests)",
+        f"{ms(used)} (+{ms(used - bare)})",
+        ms(bare) + " bare test",
+        None,
+        "+<= 3 ms" if is_default else "info",
+        (used - bare) <= 0.003 if is_default else None,
+    )
+
+
+# -- 3. time skipping ------------------------------------------------------------------------
+def idle_advance(report: Report, k: int) -> None:
+    with FakeQStash(start="2000-01-01T00:00:00Z") as fake:
+        fake.mount(APP_BASE, TRIVIAL_APP)
+        samples = []
+        for _ in range(k):
+            began = time.perf_counter()
+            fake.advance("3650d")
+            samples.append(time.perf_counter() - began)
+    cost = statistics.median(samples)
+    report.check(
+        f'3. advance("3650d"), nothing due (median of {k})',
+        ms(cost),
+        "-",
+        None,
+        "<= 5 ms",
+        cost <= 0.005,
+    )
+
+
+def cron_firing(report: Report, n: int, rounds: int) -> None:
+    figure = f'3. minutely cron firing, advance("1m") ({rounds} x {n})'
+    budget = "<= 1.5x"
+    # Probe: until the fake serves /v2/schedules it answers 501, which the SDK raises.
+    with FakeQStash(start=START) as fake:
+        fake.mount(APP_BASE, TRIVIAL_APP)
+        client = qstash.QStash(fake.token, retry=False)
+        try:
+            client.schedule.create(destination=HOOK, cron="* * * * *")
+        except qstash.errors.QStashError as exc:
+            if "501" in str(exc):
+                report.skip(figure, "not available yet (schedules answer 501)", budget)
+                return
+            raise
+
+    def plain() -> float:
+        with FakeQStash(start=START) as fake:
+            fake.mount(APP_BASE, TRIVIAL_APP)
+            client = qstash.QStash(fake.token, retry=False)
+            for i in range(n):
+                client.message.publish_json(url=HOOK, body={"n": i}, delay=f"{60 * (i + 1)}s")
+            began = time.perf_counter()
+            for _ in range(n):
+                fake.advance("1m")
+            elapsed = time.perf_counter() - began
+            assert len(fake.deliveries) == n, len(fake.deliveries)
+            return elapsed / n
+
+    def cron() -> float:
+        with FakeQStash(start=START) as fake:
+            fake.mount(APP_BASE, TRIVIAL_APP)
+            client = qstash.QStash(fake.token, retry=False)
+            client.schedule.create(destination=HOOK, cron="* * * * *", body='{"n":0}')
+            began = time.perf_counter()
+            for _ in range(n):
+                fake.advance("1m")
+            elapsed = time.perf_counter() - began
+            assert len(fake.deliveries) == n, len(fake.deliveries)
+            return elapsed / n
+
+    result = interleaved({"plain": plain, "cron": cron}, rounds)
+    ratio = result.ratio("cron", "plain")
+    report.check(
+        figure,
+        us(result.median("cron")),
+        us(result.median("plain")) + " delayed message",
+        ratio,
+        budget,
+        ratio <= 1.5,
+    )
+
+
+def linear_growth(report: Report, small: int, factor: int, rounds: int) -> None:
+    def per_event(n: int) -> Callable[[], float]:
+        def run() -> float:
+            with FakeQStash(start=START) as fake:
+                fake.mount(APP_BASE, TRIVIAL_APP)
+                client = qstash.QStash(fake.token, retry=False)
+                for i in range(n):
+                    client.message.publish_json(url=HOOK, body={"n": i}, delay=f"{i + 1}s")
+                began = time.perf_counter()
+                fake.advance("1d")
+                elapsed = time.perf_counter() - began
+                assert len(fake.deliveries) == n
+                return elapsed / n
+
+        return run
+
+    big = small * factor
+    result = interleaved({"small": per_event(small), "big": per_event(big)}, rounds)
+    ratio = result.ratio("big", "small")
+    report.check(
+        f"3. one advance over {big} due messages, per event ({rounds} rounds)",
+        us(result.median("big")),
+        us(result.median("small")) + f" with {small}",
+        ratio,
+        "<= 1.5x",
+        ratio <= 1.5,
+    )
+
+
+# -- 4. memory -------------------------------------------------------------------------------
+def _body(i: int, size: int) -> bytes:
+    head = b'{"n":%08d,"pad":"' % i
+    return head + b"x" * (size - len(head) - 2) + b'"}'
+
+
+def undelivered_memory(report: Report, n: int) -> None:
+    with FakeQStash(start=START) as fake:
+        builder = httpx.Client()
+        headers = {"Authorization": f"Bearer {fake.token}", "Content-Type": "application/json"}
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(n):
+            # Built per message and dropped, as the SDK does; the fake keeps what it keeps.
+            request = builder.build_request("POST", PUBLISH_PREFIX + HOOK, headers=headers)
+            request = httpx.Request(
+                "POST", request.url, headers=request.headers, content=_body(i, 1024)
+            )
+            response = fake.handle(request)
+            assert response.status_code == 200, response.text
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+        assert len(fake.messages) == n
+        builder.close()
+    report.check(
+        f"4. {n:,} undelivered 1 KiB messages held (fake.handle, tracemalloc)",
+        f"{held / 2**20:,.0f} MiB",
+        f"{n * 1024 / 2**20:,.0f} MiB bodies",
+        held / (n * 1024),
+        "< 300 MB" if n == 100_000 else "info (300 MB at 100k)",
+        held < 300e6 if n == 100_000 else None,
+    )
+    report.check(
+        "4. held per message beyond its body",
+        f"{(held - n * 1024) / n:,.0f} B",
+        "-",
+        None,
+        "info",
+        None,
+    )
+
+
+def delivered_body_copies(report: Report, size: int) -> None:
+    """How many copies of a body delivering it allocates (held after, and at peak), measured
+    as multiples of the body's size; the app reads the body from ASGI and drops it."""
+    received: list[int] = []
+
+    async def raw_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        length = 0
+        while True:
+            event = await receive()
+            length += len(event.get("body", b""))
+            if not event.get("more_body"):
+                break
+        received.append(length)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    with FakeQStash(start=START) as fake:
+        fake.mount(APP_BASE, raw_app, kind="asgi")
+        headers = {"Authorization": f"Bearer {fake.token}", "Content-Type": "text/plain"}
+
+        def publish(body: bytes) -> None:
+            request = httpx.Request("POST", PUBLISH_PREFIX + HOOK, headers=headers, content=body)
+            assert fake.handle(request).status_code == 200
+
+        publish(b"warm-up")  # the first delivery starts the portal's thread: not measured
+        fake.tick()
+        body = _body(0, size)
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        publish(body)
+        del body  # from here on only the fake holds it
+        fake.tick()
+        gc.collect()
+        held, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert received == [len(b"warm-up"), size]
+        assert fake.deliveries[1].content is fake.messages[1].content
+    extra_held = (held - before) / size
+    extra_peak = (peak - before) / size
+    report.check(
+        f"4. body copies made, publish + deliver {size // 2**20} MiB (held / peak)",
+        f"{extra_held:.2f} / {extra_peak:.2f}",
+        "0 (one body, shared)",
+        None,
+        "held <= 0.05, peak <= 1.05",
+        extra_held <= 0.05 and extra_peak <= 1.05,
+    )
+
+
+# -- 5. workflows ----------------------------------------------------------------------------
+def workflows(report: Report) -> None:
+    figure = "5. 50-step workflow run, per step vs plain deliveries"
+    if not hasattr(FakeQStash, "trigger"):
+        report.skip(figure, "not available (workflows not implemented)", "<= 2x")
+        return
+    report.skip(figure, "not measured yet (workflow benchmark to be written)", "<= 2x")
+
+
+# -- main ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Sizes:
+    deliver: tuple[int, int]  # messages per round, rounds
+    fixture: tuple[int, int]  # fixture cycles per round, rounds
+    pytest_tests: int  # tests of each kind in the pytest session
+    pytest_freezegun: bool
+    idle_advances: int
+    cron: tuple[int, int]  # firings per round, rounds
+    linear: tuple[int, int, int]  # smaller count, factor, rounds
+    memory_messages: int
+    copies_body: int
+
+
+FULL = Sizes((100, 21), (40, 15), 300, True, 50, (50, 11), (100, 8, 7), 100_000, 8 * 2**20)
+SMOKE = Sizes((10, 2), (5, 2), 3, False, 5, (3, 2), (5, 4, 2), 1_000, 2**20)
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = f", load {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
+    return (
+        f"Python {platform.python_version()} on {platform.system()} {platform.machine()}, "
+        f"{os.cpu_count()} CPUs ({cpu}){load}; app clock: {make_app_clock('auto').name}"
+    )
+
+
+def profile(n: int = 2000) -> None:
+    """Where the time of publish_json + tick goes (how the hot spots were found)."""
+    from pyinstrument import Profiler
+
+    with FakeQStash(start=START, max_deliveries_per_instant=n) as fake:
+        fake.mount(APP_BASE, TRIVIAL_APP)
+        client = qstash.QStash(fake.token, retry=False)
+        profiler = Profiler(interval=0.0002)
+        with profiler:
+            for i in range(n):
+                client.message.publish_json(url=HOOK, body={"n": i})
+                fake.tick()
+    print(profiler.output_text(color=False, show_all=False))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, no budget checks (CI)")
+    parser.add_argument("--profile", action="store_true", help="profile publish + deliver only")
+    args = parser.parse_args()
+    if args.profile:
+        profile()
+        return 0
+    smoke: bool = args.smoke
+    size = SMOKE if smoke else FULL
+    report = Report(smoke)
+    print(machine())
+    print("smoke run: nothing is judged" if smoke else "full run: budgets are checked")
+    print()
+    steps: list[tuple[str, str, Callable[[], object]]] = [
+        ("1", "<= 1.5x", lambda: publish_and_deliver(report, *size.deliver)),
+        ("2", "+<= 3 ms", lambda: fixture_cost_in_process(report, *size.fixture)),
+        ("2", "+<= 3 ms", lambda: fixture_cost_through_pytest(report, size.pytest_tests, "auto")),
+    ]
+    if size.pytest_freezegun:
+        tests = size.pytest_tests
+        steps.append(("2", "info", lambda: fixture_cost_through_pytest(report, tests, "freezegun")))
+    steps += [
+        ("3", "<= 5 ms", lambda: idle_advance(report, size.idle_advances)),
+        ("3", "<= 1.5x", lambda: cron_firing(report, *size.cron)),
+        ("3", "<= 1.5x", lambda: linear_growth(report, *size.linear)),
+        ("4", "< 300 MB", lambda: undelivered_memory(report, size.memory_messages)),
+        ("4", "copies", lambda: delivered_body_copies(report, size.copies_body)),
+        ("5", "<= 2x", lambda: workflows(report)),
+    ]
+    for number, budget, step in steps:
+        try:
+            step()
+        except Exception as exc:
+            report.error(f"{number}. (failed to run)", exc, budget)
+    report.print()
+    if report.failed:
+        print("\nA figure failed to run." if smoke else "\nA figure missed its budget or failed.")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,300 @@
+"""Virtual time: now, tick, advance, advance_to (and their async forms), the app's clock."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from apps import WebApp, make_fastapi_app, make_flask_app
+from qstash import AsyncQStash, QStash
+from qstash.message import PublishResponse
+
+from pytest_qstash import AsyncContextError, FakeQStash
+
+BASE = "https://app.example.com"
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+at_start = pytest.mark.qstash(start="2026-01-01T00:00:00Z")
+
+
+@pytest.fixture
+def web(qstash: FakeQStash) -> WebApp:
+    app = make_fastapi_app()
+    qstash.mount(BASE, app.app)
+    return app
+
+
+def publish(
+    client: QStash, url: str = f"{BASE}/webhook", body: str = "b", **options: object
+) -> str:
+    response = client.message.publish(url=url, body=body, **options)  # type: ignore[arg-type]
+    assert isinstance(response, PublishResponse)
+    return response.message_id
+
+
+# -- now ---------------------------------------------------------------------------------------
+def test_now_starts_at_the_real_time_and_is_aware_utc() -> None:
+    before = datetime.now(timezone.utc)
+    fake = FakeQStash()
+    after = datetime.now(timezone.utc)
+
+    assert fake.now.tzinfo is not None
+    assert fake.now.utcoffset() == timedelta(0)
+    assert before - timedelta(milliseconds=1) <= fake.now <= after
+
+
+@at_start
+def test_start_from_the_marker_and_the_clock_stands_still(qstash: FakeQStash) -> None:
+    assert qstash.now == START
+    # The test's own clock reads the fake's too, and does not tick by itself.
+    assert time.time() == START.timestamp()
+    assert datetime.now(timezone.utc) == START
+    assert qstash.tick() == []
+    assert qstash.now == START
+
+
+@pytest.mark.parametrize(
+    "start",
+    [
+        START,
+        "2026-01-01T00:00:00Z",
+        "2026-01-01T00:00:00+00:00",
+        START.timestamp(),
+        START.replace(tzinfo=None),  # naive: read as UTC
+    ],
+)
+def test_start_forms(start: datetime | str | float) -> None:
+    assert FakeQStash(start=start).now == START
+
+
+def test_bad_start_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="ISO 8601"):
+        FakeQStash(start="next tuesday")
+
+
+# -- advance -----------------------------------------------------------------------------------
+@at_start
+@pytest.mark.parametrize(
+    ("duration", "expected"),
+    [
+        ("1d2h3m4s", timedelta(days=1, hours=2, minutes=3, seconds=4)),
+        ("1h30m", timedelta(hours=1, minutes=30)),
+        ("500ms", timedelta(milliseconds=500)),
+        ("90s", timedelta(seconds=90)),
+        ("7d", timedelta(days=7)),
+        (90, timedelta(seconds=90)),
+        (1.5, timedelta(seconds=1.5)),
+        (0, timedelta(0)),
+        (timedelta(minutes=5), timedelta(minutes=5)),
+    ],
+)
+def test_advance_durations(
+    qstash: FakeQStash, duration: str | float | timedelta, expected: timedelta
+) -> None:
+    assert qstash.advance(duration) == []
+    assert qstash.now == START + expected
+    assert time.time() == (START + expected).timestamp()
+
+
+@pytest.mark.parametrize("bad", ["7x", "1h30", "", "h", "1.2.3s", "1d 2h"])
+def test_advance_bad_duration_names_the_units(qstash: FakeQStash, bad: str) -> None:
+    before = qstash.now
+    with pytest.raises(ValueError, match=r"units: ms, s, m, h, d"):
+        qstash.advance(bad)
+    assert qstash.now == before
+
+
+@pytest.mark.parametrize("negative", [-1, -0.5, "-5s", timedelta(seconds=-1)])
+def test_time_never_goes_backwards(qstash: FakeQStash, negative: str | float | timedelta) -> None:
+    before = qstash.now
+    with pytest.raises(ValueError, match=r"negative|invalid"):
+        qstash.advance(negative)
+    assert qstash.now == before
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), True])
+def test_advance_refuses_non_durations(qstash: FakeQStash, bad: float) -> None:
+    with pytest.raises(ValueError, match="invalid duration"):
+        qstash.advance(bad)
+
+
+@at_start
+def test_compound_duration_with_milliseconds(qstash: FakeQStash) -> None:
+    qstash.advance("1d2h3m4s500ms")
+    assert qstash.now == START + timedelta(days=1, hours=2, minutes=3, seconds=4, milliseconds=500)
+
+
+def test_advance_to_the_past_is_a_value_error(qstash: FakeQStash) -> None:
+    with pytest.raises(ValueError, match="backwards"):
+        qstash.advance_to(qstash.now - timedelta(seconds=1))
+    assert qstash.advance_to(qstash.now) == []  # now itself is fine
+
+
+@at_start
+def test_advance_to_forms(qstash: FakeQStash) -> None:
+    qstash.advance_to("2026-01-02T00:00:00Z")
+    assert qstash.now == START + timedelta(days=1)
+    qstash.advance_to(datetime(2026, 1, 3))  # naive: read as UTC
+    assert qstash.now == START + timedelta(days=2)
+    qstash.advance_to(START + timedelta(days=3, hours=1))
+    assert qstash.now == START + timedelta(days=3, hours=1)
+
+
+@at_start
+def test_ten_idle_years_are_instant(qstash: FakeQStash) -> None:
+    assert qstash.advance("3650d") == []
+    assert qstash.now == START + timedelta(days=3650)
+
+
+# -- delivering on time ------------------------------------------------------------------------
+@at_start
+def test_each_message_is_delivered_at_its_own_time_in_order(
+    qstash: FakeQStash, client: QStash, web: WebApp
+) -> None:
+    not_before = int((START + timedelta(hours=2, minutes=30)).timestamp())
+    publish(client, body="3h", delay="3h")
+    publish(client, body="1m", delay="1m")
+    publish(client, body="now")
+    publish(client, body="2h30m", not_before=not_before)
+    publish(client, body="10s", delay=10)
+
+    deliveries = qstash.advance("1d")
+
+    assert [d.body for d in deliveries] == ["now", "10s", "1m", "2h30m", "3h"]
+    assert [d.at - START for d in deliveries] == [
+        timedelta(0),
+        timedelta(seconds=10),
+        timedelta(minutes=1),
+        timedelta(hours=2, minutes=30),
+        timedelta(hours=3),
+    ]
+    # The app saw its own clock at each delivery's moment.
+    assert [r.now for r in web.inbox.received] == [d.at for d in deliveries]
+    assert [r.time for r in web.inbox.received] == [d.at.timestamp() for d in deliveries]
+    assert web.inbox.signature_errors == []
+    assert qstash.now == START + timedelta(days=1)
+
+
+@at_start
+def test_advance_stops_at_its_target(qstash: FakeQStash, client: QStash, web: WebApp) -> None:
+    publish(client, body="soon", delay="1h")
+    publish(client, body="later", delay="2h")
+
+    assert [d.body for d in qstash.advance("1h")] == ["soon"]  # due exactly at the target
+    assert qstash.advance("59m59s") == []
+    assert [d.body for d in qstash.advance("1s")] == ["later"]
+
+
+@at_start
+def test_retries_are_delivered_at_their_backoff(qstash: FakeQStash, client: QStash) -> None:
+    app = make_flask_app()
+    qstash.mount(BASE, app.app)
+    publish(client, f"{BASE}/http-500")
+
+    deliveries = qstash.advance("7d")
+
+    # QStash's default backoff: 12.182 s, 2 m 28.413 s, 30 m 8.042 s after each failure.
+    offsets = [timedelta(0)]
+    for step_ms in (12_182, 148_413, 1_808_042):
+        offsets.append(offsets[-1] + timedelta(milliseconds=step_ms))
+    assert [d.at - START for d in deliveries] == offsets
+    assert [d.retried for d in deliveries] == [0, 1, 2, 3]
+    assert [r.now for r in app.inbox.received] == [d.at for d in deliveries]
+    assert qstash.messages[0].state == "FAILED"
+
+
+@pytest.mark.parametrize(
+    "library",
+    [
+        pytest.param("time-machine", marks=pytest.mark.qstash(time_library="time-machine")),
+        pytest.param("freezegun", marks=pytest.mark.qstash(time_library="freezegun")),
+    ],
+)
+def test_signatures_verify_after_a_long_advance(
+    qstash: FakeQStash, client: QStash, web: WebApp, library: str
+) -> None:
+    start = qstash.now
+    publish(client, body="in a month", delay="30d")
+
+    [delivery] = qstash.advance("30d")
+
+    # The Receiver checks exp against the app's clock, which is on the virtual one.
+    assert delivery.status == 200
+    assert web.inbox.signature_errors == []
+    [received] = web.inbox.received
+    assert received.now == start + timedelta(days=30)
+    assert received.time == (start + timedelta(days=30)).timestamp()
+
+
+@pytest.mark.qstash(freeze_time=False, start="2030-06-01T00:00:00Z")
+def test_freeze_time_off_reads_the_real_clock(
+    qstash: FakeQStash, client: QStash, web: WebApp
+) -> None:
+    publish(client, body="real time", delay="1h")
+
+    [delivery] = qstash.advance("2h")
+
+    assert delivery.at == datetime(2030, 6, 1, 1, tzinfo=timezone.utc)  # virtual time moved
+    assert delivery.status == 200  # signed with the real clock, which the app reads
+    assert web.inbox.signature_errors == []
+    [received] = web.inbox.received
+    assert abs(received.time - time.time()) < 60
+    assert received.now.year < 2030
+
+
+# -- async -------------------------------------------------------------------------------------
+@pytest.mark.asyncio
+@at_start
+async def test_async_forms(qstash: FakeQStash, aclient: AsyncQStash, web: WebApp) -> None:
+    await aclient.message.publish(url=f"{BASE}/webhook", body="a", delay="1m")
+    await aclient.message.publish(url=f"{BASE}/webhook", body="b", delay="1h")
+    await aclient.message.publish(url=f"{BASE}/webhook", body="c", delay="1d")
+
+    assert await qstash.atick() == []
+    assert [d.body for d in await qstash.aadvance("1m")] == ["a"]
+    assert [d.body for d in await qstash.aadvance(timedelta(minutes=59))] == ["b"]
+    assert [d.body for d in await qstash.aadvance_to("2026-01-02T00:00:00Z")] == ["c"]
+    assert [r.now - START for r in web.inbox.received] == [
+        timedelta(minutes=1),
+        timedelta(hours=1),  # delays count from the publish, not from the last advance
+        timedelta(days=1),
+    ]
+    assert web.inbox.signature_errors == []
+
+
+@pytest.mark.asyncio
+@pytest.mark.qstash(time_library="freezegun", start="2026-01-01T00:00:00Z")
+@pytest.mark.parametrize("factory", [make_fastapi_app, make_flask_app])
+async def test_async_delivery_under_freezegun(
+    qstash: FakeQStash, aclient: AsyncQStash, factory: Callable[[], WebApp]
+) -> None:
+    # freezegun leaves the loop's monotonic clock alone, so the app still runs on the loop.
+    app = factory()
+    qstash.mount(BASE, app.app)
+    await aclient.message.publish(url=f"{BASE}/webhook", body="frozen", delay="2h")
+
+    [delivery] = await qstash.aadvance("1d")
+
+    assert delivery.status == 200
+    assert app.inbox.signature_errors == []
+    assert [r.now for r in app.inbox.received] == [START + timedelta(hours=2)]
+    assert time.time() == (START + timedelta(days=1)).timestamp()
+
+
+@pytest.mark.anyio
+async def test_async_bad_arguments(qstash: FakeQStash) -> None:
+    with pytest.raises(ValueError, match="units"):
+        await qstash.aadvance("7x")
+    with pytest.raises(ValueError, match="backwards"):
+        await qstash.aadvance_to(qstash.now - timedelta(days=1))
+
+
+@pytest.mark.asyncio
+async def test_sync_forms_inside_a_running_loop_say_to_await(qstash: FakeQStash) -> None:
+    with pytest.raises(AsyncContextError, match=r"await qstash\.atick\("):
+        qstash.tick()
+    with pytest.raises(AsyncContextError, match=r"await qstash\.aadvance\("):
+        qstash.advance("1s")
+    with pytest.raises(RuntimeError, match=r"await qstash\.aadvance_to\("):
+        qstash.advance_to(qstash.now)

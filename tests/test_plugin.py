@@ -1,0 +1,367 @@
+"""The pytest layer, run as a user's suite would run it (pytester)."""
+
+from __future__ import annotations
+
+import pytest
+
+ENV_NAMES = ("QSTASH_TOKEN", "QSTASH_CURRENT_SIGNING_KEY", "QSTASH_NEXT_SIGNING_KEY")
+
+# A tiny app for the inner suites: answers 500 on /fail, 200 elsewhere.
+APP_CONFTEST = """
+import httpx
+import pytest
+
+
+def endpoint(request):
+    return httpx.Response(500 if request.url.path == "/fail" else 200, text="from the app")
+"""
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    # Hypothesis' plugin would re-import hypothesis for every inner run (pytester restores
+    # sys.modules after each): a second each, for nothing these suites use.
+    return pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:hypothesispytest",
+        "-o",
+        "asyncio_default_fixture_loop_scope=function",
+        *args,
+    )
+
+
+# -- environment before collection -------------------------------------------------------------
+def test_env_is_set_before_collection(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ENV_NAMES:
+        monkeypatch.delenv(name, raising=False)
+    pytester.makepyfile(
+        """
+        import os
+
+        from qstash import QStash
+
+        # Read at import, as apps do (module-level client, settings).
+        TOKEN = os.environ["QSTASH_TOKEN"]
+        CURRENT = os.environ["QSTASH_CURRENT_SIGNING_KEY"]
+        NEXT = os.environ["QSTASH_NEXT_SIGNING_KEY"]
+        CLIENT = QStash(TOKEN, retry=False)
+
+
+        def test_values(qstash):
+            assert (qstash.token, qstash.current_signing_key, qstash.next_signing_key) == (
+                TOKEN, CURRENT, NEXT
+            )
+            for key in (CURRENT, NEXT):
+                assert key.startswith("sig_") and len(key) >= 32
+            assert CURRENT != NEXT
+            CLIENT.message.publish(url="https://app.test/x", body="module-level client")
+            assert [m.body for m in qstash.messages] == ["module-level client"]
+        """
+    )
+
+    run(pytester).assert_outcomes(passed=1)
+
+
+def test_users_own_keys_are_kept_and_signed_with(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("QSTASH_CURRENT_SIGNING_KEY", "sig_myOwnCurrentKeyForThisSuite000")
+    monkeypatch.setenv("QSTASH_NEXT_SIGNING_KEY", "sig_myOwnNextKeyForThisSuite000000")
+    pytester.makepyfile(
+        """
+        import os
+
+        import httpx
+        from qstash import QStash, Receiver
+
+        CURRENT = os.environ["QSTASH_CURRENT_SIGNING_KEY"]
+
+
+        def test_signed_with_my_key(qstash):
+            assert CURRENT == "sig_myOwnCurrentKeyForThisSuite000"
+            receiver = Receiver(CURRENT, "sig_notTheNextKeyAtAll00000000000")
+
+            def endpoint(request):
+                receiver.verify(
+                    signature=request.headers["upstash-signature"],
+                    body=request.content.decode(),
+                    url=str(request.url),
+                )
+
+            qstash.mount("https://app.test", endpoint)
+            QStash(os.environ["QSTASH_TOKEN"], retry=False).message.publish(
+                url="https://app.test/x", body="b"
+            )
+            assert [d.status for d in qstash.tick()] == [200]
+        """
+    )
+
+    run(pytester).assert_outcomes(passed=1)
+
+
+# -- ini options and the marker ----------------------------------------------------------------
+def test_ini_options(pytester: pytest.Pytester) -> None:
+    pytester.makeini(
+        """
+        [pytest]
+        qstash_strict = false
+        qstash_raise_app_exceptions = false
+        qstash_start = 2026-03-01T12:00:00Z
+        qstash_time_library = freezegun
+        """
+    )
+    pytester.makepyfile(
+        """
+        import os
+        from datetime import datetime, timezone
+
+        import pytest
+        from qstash import QStash
+
+
+        def test_defaults_from_ini(qstash):
+            assert qstash.now == datetime(2026, 3, 1, 12, tzinfo=timezone.utc)
+            assert datetime.__name__ == "FakeDatetime"  # freezegun rebinds module names
+            assert datetime.now(timezone.utc) == qstash.now
+
+            def crash(request):
+                raise RuntimeError("kept quiet")
+
+            qstash.mount("https://app.test", crash)
+            client = QStash(os.environ["QSTASH_TOKEN"], retry=False)
+            client.message.publish(url="https://app.test/x", body="1")
+            client.message.publish(url="https://unmounted.test/x", body="2")
+
+            crashed, unrouted = qstash.tick()  # neither raises
+            assert crashed.status == 500
+            assert unrouted.status is None and "unrouted" in unrouted.error
+
+
+        @pytest.mark.qstash(strict=True)
+        def test_marker_beats_ini(qstash):
+            from pytest_qstash import UnroutedDeliveryError
+
+            QStash(os.environ["QSTASH_TOKEN"], retry=False).message.publish(
+                url="https://unmounted.test/x", body="3"
+            )
+            with pytest.raises(UnroutedDeliveryError):
+                qstash.tick()
+        """
+    )
+
+    run(pytester).assert_outcomes(passed=2)
+
+
+def test_nearest_marker_wins(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        pytestmark = pytest.mark.qstash(start="2026-01-01T00:00:00Z", strict=False)
+
+
+        def year(qstash):
+            return qstash.now.year
+
+
+        def test_module_level(qstash):
+            assert year(qstash) == 2026
+            assert qstash.strict is False
+
+
+        @pytest.mark.qstash(start="2027-01-01T00:00:00Z")
+        class TestClassLevel:
+            def test_class_level(self, qstash):
+                assert year(qstash) == 2027
+                assert qstash.strict is False  # still from the module
+
+            @pytest.mark.qstash(start="2028-01-01T00:00:00Z", strict=True)
+            def test_test_level(self, qstash):
+                assert year(qstash) == 2028
+                assert qstash.strict is True
+        """
+    )
+
+    run(pytester).assert_outcomes(passed=3)
+
+
+@pytest.mark.parametrize(
+    ("marker", "expected"),
+    [
+        (
+            "@pytest.mark.qstash(frezze_time=False)",
+            # fnmatch reads [...] as a set: [[] matches a literal "["
+            "*unknown @pytest.mark.qstash option(s) [[]'frezze_time']: expected some of start,*",
+        ),
+        ("@pytest.mark.qstash(True)", "*@pytest.mark.qstash takes keyword arguments only*"),
+    ],
+)
+def test_bad_marker_is_a_clear_usage_error(
+    pytester: pytest.Pytester, marker: str, expected: str
+) -> None:
+    pytester.makepyfile(
+        f"""
+        import pytest
+
+
+        {marker}
+        def test_x(qstash):
+            pass
+
+
+        def test_unmarked(qstash):
+            pass
+        """
+    )
+
+    result = run(pytester)
+
+    result.stdout.fnmatch_lines([expected])
+    result.assert_outcomes(passed=1, errors=1)  # only the marked test is refused
+
+
+def test_pytest_durations_stay_real_under_freezegun(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+
+        @pytest.mark.qstash(time_library="freezegun", start="2020-01-01T00:00:00Z")
+        def test_frozen(qstash):
+            qstash.advance("30d")
+        """
+    )
+
+    result = run(pytester, "--durations=0", "--durations-min=0")
+
+    result.assert_outcomes(passed=1)
+    timings = [line for line in result.outlines if "test_frozen" in line and "s " in line]
+    assert timings
+    # Each is "<seconds>s <phase> <test id>": real, not years of frozen clock.
+    assert all(float(line.split("s ", 1)[0]) < 60 for line in timings), timings
+
+
+# -- fixtures ----------------------------------------------------------------------------------
+def test_qstash_apps_override_mounts_apps(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        APP_CONFTEST
+        + """
+
+@pytest.fixture
+def qstash_apps():
+    return {"https://app.test": endpoint}
+"""
+    )
+    pytester.makepyfile(
+        """
+        import os
+
+        from qstash import QStash
+
+
+        def test_mounted_from_conftest(qstash):
+            QStash(os.environ["QSTASH_TOKEN"], retry=False).message.publish(
+                url="https://app.test/hello", body="b"
+            )
+            [delivery] = qstash.tick()
+            assert (delivery.status, delivery.response_body) == (200, "from the app")
+        """
+    )
+
+    run(pytester).assert_outcomes(passed=1)
+
+
+def test_qstash_fake_alias_for_suites_owning_qstash(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        """
+        import pytest
+
+
+        @pytest.fixture
+        def qstash():
+            return "the suite's own qstash fixture"
+        """
+    )
+    pytester.makepyfile(
+        """
+        from pytest_qstash import FakeQStash
+
+
+        def test_alias(qstash, qstash_fake):
+            assert qstash == "the suite's own qstash fixture"
+            assert isinstance(qstash_fake, FakeQStash)
+            assert qstash_fake.active
+        """
+    )
+
+    run(pytester).assert_outcomes(passed=1)
+
+
+def test_qstash_and_qstash_fake_are_one_object(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        def test_same(qstash, qstash_fake):
+            assert qstash is qstash_fake
+
+
+        def test_fresh_each_test_1(qstash):
+            qstash.mount("https://a.test", lambda request: None)
+            assert qstash.mounts.base_urls == ["https://a.test"]
+
+
+        def test_fresh_each_test_2(qstash):
+            assert qstash.mounts.base_urls == []
+            assert qstash.messages == []
+        """
+    )
+
+    run(pytester).assert_outcomes(passed=3)
+
+
+# -- the failure report ------------------------------------------------------------------------
+def test_failing_test_shows_the_qstash_section(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(APP_CONFTEST)
+    pytester.makepyfile(
+        """
+        import os
+
+        import pytest
+        from conftest import endpoint
+        from qstash import QStash
+
+
+        @pytest.mark.qstash(start="2026-01-01T00:00:00Z")
+        def test_fails(qstash):
+            qstash.mount("https://app.test", endpoint)
+            client = QStash(os.environ["QSTASH_TOKEN"], retry=False)
+            client.message.publish(url="https://app.test/ok", body="fine")
+            client.message.publish(url="https://app.test/fail", body="broken", retries=0)
+            qstash.tick()
+            assert False, "the test's own failure"
+
+
+        def test_passes(qstash):
+            pass
+        """
+    )
+
+    result = run(pytester)
+
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*AssertionError: the test's own failure*",
+            "*- qstash -*",
+            "virtual time now: 2026-01-01T00:00:00+00:00",
+            "2 message(s), 2 delivery attempt(s), 1 in the DLQ",
+            "  msg_* POST https://app.test/ok DELIVERED retried=0/3 * body='fine'",
+            "    2026-01-01T00:00:00+00:00 attempt retried=0 -> 200",
+            "  msg_* POST https://app.test/fail FAILED retried=0/0 * body='broken'",
+            "    2026-01-01T00:00:00+00:00 attempt retried=0 -> 500 'from the app'",
+        ]
+    )
+    # Only the failing test gets the section.
+    assert result.stdout.str().count("virtual time now") == 1
