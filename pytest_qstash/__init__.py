@@ -10,6 +10,7 @@ from .state.models import Delivery, DlqEntry, Event, FlowControl, Message, Messa
 from .state.queues import Queue
 from .state.schedules import Schedule
 from .state.url_groups import Endpoint, UrlGroup
+from .state.workflows import WorkflowRun, WorkflowStep
 
 __all__ = [
     "AsyncContextError",
@@ -28,5 +29,7 @@ __all__ = [
     "Schedule",
     "UnroutedDeliveryError",
     "UrlGroup",
+    "WorkflowRun",
+    "WorkflowStep",
     "parse_duration_ms",
 ]

@@ -29,6 +29,7 @@ from .state.retry import DEFAULT_RETRIES
 from .state.schedules import Schedule
 from .state.store import DEFAULT_DEDUP_WINDOW_MS, Store
 from .state.url_groups import UrlGroup
+from .state.workflows import WorkflowRun
 
 
 class FakeQStash:
@@ -287,6 +288,48 @@ class FakeQStash:
     @property
     def url_groups(self) -> list[UrlGroup]:
         return list(self.store.url_groups.values())
+
+    @property
+    def runs(self) -> list[WorkflowRun]:
+        """Upstash Workflow runs, in the order they started."""
+        return list(self.store.workflows.runs.values())
+
+    # -- the outside world ------------------------------------------------------------------
+    def trigger(
+        self,
+        url: str,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        *,
+        run_id: str | None = None,
+        retries: int | None = None,
+        failure_url: str | None = None,
+    ) -> str:
+        """Start an Upstash Workflow run at ``url`` as a workflow client would; returns its
+        run id. The run exists at once (``qstash.runs``); its first delivery is due now.
+
+        ``body``: the initial payload (``str``/``bytes`` as is, anything else as JSON);
+        ``headers`` reach the route function as request headers. ``retries`` and
+        ``failure_url`` apply to the first delivery only: every later step takes them from
+        the app's ``serve()`` options, as on QStash.
+        """
+        return api.workflows.trigger(
+            self.store,
+            url,
+            body,
+            headers,
+            run_id=run_id,
+            retries=retries,
+            failure_url=failure_url,
+        )
+
+    def notify(self, event_id: str, data: Any = None) -> list[dict[str, Any]]:
+        """What ``POST /v2/notify/{event_id}`` does: returns one answer per run waiting for
+        the event. Only TypeScript SDK runs can wait (the Python SDK has no
+        ``wait_for_event``), and waits are not served here, so this is always ``[]``: the
+        event is lost, as QStash loses an event nobody waits for."""
+        content = data if isinstance(data, bytes) else str(data or "").encode()
+        return api.workflows.notify(self.store, event_id, content)
 
     @property
     def token(self) -> str:

@@ -15,7 +15,18 @@ from typing import Any
 import httpx
 
 from ..state.store import Store
-from . import dlq, events, flow_control, keys, messages, publish, queues, schedules, url_groups
+from . import (
+    dlq,
+    events,
+    flow_control,
+    keys,
+    messages,
+    publish,
+    queues,
+    schedules,
+    url_groups,
+    workflows,
+)
 from ._http import ApiError, error_response
 
 Handler = Callable[..., httpx.Response]
@@ -72,15 +83,21 @@ _TABLE: list[tuple[str, str, Handler]] = [
     ("GET", r"/v2/schedules/(?P<schedule_id>[^/]+)", schedules.get_schedule),
     ("DELETE", r"/v2/schedules/(?P<schedule_id>[^/]+)", schedules.delete_schedule),
     ("POST", r"/v2/schedules/(?P<destination>.+)", schedules.create_schedule),
+    ("DELETE", r"/v2/workflows/runs/(?P<run_id>[^/]+)", workflows.end_run),
+    ("DELETE", r"/v2/workflows/runs/?", workflows.cancel_runs),
+    ("GET", r"/v2/workflows/runs/(?P<run_id>[^/]+)", workflows.get_run_steps),
+    ("GET", r"/v2/workflows/(?:logs|events)/?", workflows.list_logs),
+    ("POST", r"/v2/notify/(?P<run_id>[^/]+)/(?P<event_id>[^/]+)", workflows.notify_run),
+    ("POST", r"/v2/notify/(?P<event_id>[^/]+)", workflows.notify_event),
+    ("GET", r"/v2/waiters/(?P<event_id>[^/]+)", workflows.list_waiters),
 ]
 _ROUTES = [(method, re.compile(pattern), handler) for method, pattern, handler in _TABLE]
 
 #: QStash resources this fake does not serve yet: answered 501 with the endpoint named.
 _NOT_YET = (
-    "/v2/workflows",
+    "/v2/workflows",  # the workflow DLQ (resume, restart, callback) and webhooks
     "/v2/trigger",
-    "/v2/waiters",
-    "/v2/notify",
+    "/v2/batch/trigger",
     "/v2/wait",
 )
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from ..state.models import Message
+from ..state.models import FlowControl, Message
 from ..state.options import canonical
 
 #: Query filters of a list or bulk endpoint: name -> the values given (OR-ed).
@@ -88,6 +88,18 @@ def put_body(out: dict[str, Any], content: bytes, key: str = "body", redact: boo
         out[key + "Base64"] = base64.b64encode(content).decode()
 
 
+def flow_control_fields(fc: FlowControl | None) -> dict[str, Any]:
+    """A message's (or schedule's) flow control as QStash shows it; nothing without a key."""
+    if fc is None or not fc.key:
+        return {}
+    out: dict[str, Any] = {"flowControlKey": fc.key, "period": fc.period}
+    if fc.parallelism is not None:
+        out["parallelism"] = fc.parallelism
+    if fc.rate is not None:
+        out["rate"] = fc.rate
+    return out
+
+
 def message_json(message: Message) -> dict[str, Any]:
     """A message as ``GET /v2/messages/{id}`` (and the DLQ) shows it."""
     out: dict[str, Any] = {
@@ -123,14 +135,7 @@ def message_json(message: Message) -> dict[str, Any]:
         out["failureCallbackHeader"] = header_map(message.failure_callback_headers)
     if message.timeout_ms is not None:
         out["timeout"] = message.timeout_ms // 1000
-    fc = message.flow_control
-    if fc is not None and fc.key:
-        out["flowControlKey"] = fc.key
-        out["period"] = fc.period
-        if fc.parallelism is not None:
-            out["parallelism"] = fc.parallelism
-        if fc.rate is not None:
-            out["rate"] = fc.rate
+    out.update(flow_control_fields(message.flow_control))
     return out
 
 

@@ -17,7 +17,16 @@ import httpx
 
 from ..state.models import Event, Message
 from ..state.store import Store
-from ._http import ApiError, Filters, header_map, int_filter, json_response, query_filters, redacted
+from ._http import (
+    ApiError,
+    Filters,
+    flow_control_fields,
+    header_map,
+    int_filter,
+    json_response,
+    query_filters,
+    redacted,
+)
 
 #: Default and largest page size (the SDK's docstring says both are 1000).
 MAX_EVENTS_PAGE = 1000
@@ -245,12 +254,5 @@ def _message_fields(message: Message) -> dict[str, Any]:
         out["callbackHeaders"] = header_map(message.callback_headers)
     if message.failure_callback_headers:
         out["failureCallbackHeaders"] = header_map(message.failure_callback_headers)
-    fc = message.flow_control
-    if fc is not None and fc.key:
-        out["flowControlKey"] = fc.key
-        out["period"] = fc.period
-        if fc.parallelism is not None:
-            out["parallelism"] = fc.parallelism
-        if fc.rate is not None:
-            out["rate"] = fc.rate
+    out.update(flow_control_fields(message.flow_control))
     return out

@@ -10,6 +10,7 @@ import httpx
 from ..state.options import InvalidOption, MessageOptions, derived_options, parse_options
 from ..state.store import Published, Store, UnknownDestination
 from ._http import ApiError, json_response, read_json
+from .workflows import refuse_ended_run
 
 INVALID_DESTINATION = (
     "invalid destination url: endpoint has invalid scheme, add http:// or https://"
@@ -51,6 +52,7 @@ def _publish(
     queue: str | None,
 ) -> Results:
     opts = _options(headers)
+    refuse_ended_run(store, opts)
     try:
         return store.publish(destination, content, opts, queue=queue)
     except UnknownDestination:
@@ -106,7 +108,7 @@ def _batch_item(
             raise ApiError(400, f"invalid batch item {index}: queue must be a string")
         _check_name(queue, "queue name")
     destination = item["destination"]
-    _options(headers)
+    refuse_ended_run(store, _options(headers))
     if not destination.startswith(("http://", "https://")) and not (
         destination in store.url_groups and store.url_groups[destination].endpoints
     ):

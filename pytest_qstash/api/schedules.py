@@ -9,7 +9,14 @@ import httpx
 from ..state.models import FINAL_STATES, Message
 from ..state.schedules import CronExpression, InvalidCron, Schedule
 from ..state.store import Store
-from ._http import ApiError, empty_response, header_map, json_response, put_body
+from ._http import (
+    ApiError,
+    empty_response,
+    flow_control_fields,
+    header_map,
+    json_response,
+    put_body,
+)
 from .publish import INVALID_DESTINATION, _check_name, _options
 
 
@@ -97,14 +104,7 @@ def schedule_json(store: Store, schedule: Schedule) -> dict[str, Any]:
         out["callbackHeader"] = header_map(opts.callback_headers)
     if opts.failure_callback_headers:
         out["failureCallbackHeader"] = header_map(opts.failure_callback_headers)
-    fc = opts.flow_control
-    if fc is not None and fc.key:
-        out["flowControlKey"] = fc.key
-        out["period"] = fc.period
-        if fc.parallelism is not None:
-            out["parallelism"] = fc.parallelism
-        if fc.rate is not None:
-            out["rate"] = fc.rate
+    out.update(flow_control_fields(opts.flow_control))
     if schedule.last_message_ids:
         out["lastScheduleStates"] = {
             mid: _schedule_state(store.messages.get(mid)) for mid in schedule.last_message_ids

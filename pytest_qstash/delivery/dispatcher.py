@@ -25,6 +25,7 @@ from ..state.store import AttemptResult, Store
 from .mounts import MountTable
 from .signing import sign
 from .transports import Outcome, Sender, Unrouted
+from .workflow_body import workflow_delivery
 
 USER_AGENT = "Upstash-QStash"
 _MAX_SAME_INSTANT = 1000
@@ -131,7 +132,7 @@ class Dispatcher:
             url=message.url,
             method=message.method,
             headers=job.request.headers,
-            content=message.content,
+            content=job.request.content,
             at_ms=job.at_ms,
             retried=message.retried,
             status=outcome.status,
@@ -162,7 +163,12 @@ class Dispatcher:
 
     # -- helpers ----------------------------------------------------------------------------
     def _request(self, message: Message) -> httpx.Request:
-        headers = httpx.Headers(message.headers)
+        body = message.content
+        if message.workflow_run_id is not None:
+            # A workflow run's message: a step delivery carries the run's steps so far.
+            body, headers = workflow_delivery(self.store.workflows, message)
+        else:
+            headers = httpx.Headers(message.headers)
         headers["User-Agent"] = USER_AGENT
         headers["Upstash-Message-Id"] = message.message_id
         headers["Upstash-Retried"] = str(message.retried)
@@ -173,13 +179,13 @@ class Dispatcher:
         headers["Upstash-Caller-Ip"] = message.caller_ip
         iat = self.clock.now_ms // 1000 if self.settings.app_clock_follows else int(time.time())
         headers["Upstash-Signature"] = sign(
-            content=message.content,
+            content=body,
             url=message.url,
             key=self.settings.signing_key(),
             iat=iat,
             jti=self.store.ids.jwt_id(),
         )
-        content = message.content if message.content or message.method != "GET" else None
+        content = body if body or message.method != "GET" else None
         url = self._urls.get(message.url)
         if url is None:
             if len(self._urls) >= 1024:  # bounded: unique URLs per message must not pile up
@@ -253,6 +259,9 @@ class Dispatcher:
                 payload[key] = value
         if dlq_entry is not None:
             payload["dlqId"] = dlq_entry.dlq_id
+            if source.workflow_run_id is not None:
+                # A workflow's failure callback names the run; sourceBody is its initial payload.
+                payload.update(self.store.workflows.failure_fields(source))
         if delivery.error and delivery.status is None:
             payload["error"] = delivery.error
         headers = derived_options(

@@ -49,6 +49,9 @@ class MessageOptions:
     cron: str | None = None
     schedule_id: str | None = None
     queue: str | None = None
+    #: The Upstash Workflow protocol headers (``Upstash-Workflow-*``, lower-cased names),
+    #: which tie a message to a run (see ``state/workflows.py``).
+    workflow_headers: dict[str, str] = field(default_factory=dict)
 
 
 def canonical(name: str) -> str:
@@ -159,6 +162,8 @@ def _apply(opts: MessageOptions, name: str, value: str) -> None:
         opts.schedule_id = value
     elif name == "upstash-queue-name":
         opts.queue = value
+    elif name.startswith("upstash-workflow-"):
+        opts.workflow_headers[name] = value
     # Other Upstash-* headers (telemetry, workflow protocol, ...) are not message options.
 
 

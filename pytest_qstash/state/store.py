@@ -29,6 +29,7 @@ from .retry import (
 )
 from .schedules import CronExpression, Schedule
 from .url_groups import UrlGroup
+from .workflows import WorkflowRuns
 
 #: QStash answers 489 with this header set to mean "do not retry".
 NON_RETRYABLE_STATUS = 489
@@ -94,6 +95,7 @@ class Store:
         self.delivering: Message | None = None
         self._dlq_seq = 0
         self._expressions: dict[str, RetryDelayExpression] = {}
+        self.workflows = WorkflowRuns()
 
     # -- creation ---------------------------------------------------------------------------
     def create_message(
@@ -149,6 +151,9 @@ class Store:
             self.queue(queue).members[message.message_id] = None
         self._log(message, "CREATED", next_delivery_ms=not_before if not_before > now else None)
         self._schedule(message, not_before)
+        # Upstash Workflow: the one place a message joins its run (or starts one).
+        if opts.workflow_headers and not self.workflows.track(message, opts.workflow_headers, now):
+            self.cancel(message)  # for a run that has ended: never delivered
         return message
 
     def publish(
@@ -188,7 +193,7 @@ class Store:
         if key is not None and url_group is not None:
             # One deduplication id, many endpoints: each endpoint message is its own entry.
             key = f"{key}|{url}"
-        original = self.deduplicated(key)
+        original = self.deduplicated(key) or self.workflows.existing_init(opts.workflow_headers)
         endpoint_url = url if url_group else None
         if original is not None:
             return Published(original, True, endpoint_url)
@@ -513,6 +518,8 @@ class Store:
             error=result.error,
         )
         self.dlq[entry.dlq_id] = entry
+        if message.workflow_run_id is not None:
+            self.workflows.message_failed(message, entry, self.clock.now_ms)
         return entry
 
     def _log(

@@ -1,0 +1,342 @@
+"""Upstash Workflow endpoints: ending and cancelling runs, the run logs, notify, waiters;
+and the two things a test does as the outside world (``trigger`` a run, ``notify``).
+
+Waits (``POST /v2/wait/{eventId}``) are not served: only the TypeScript SDK waits, the
+Python SDK (upstash-workflow 2.0.0) has no ``wait_for_event``. So no run ever waits here, and
+a notify reaches nobody; it is answered exactly as QStash answers a notify nobody waits for.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from ..state.models import Message
+from ..state.options import InvalidOption, MessageOptions, parse_options
+from ..state.store import Store
+from ..state.workflows import NOT_FOUND, STEP, WorkflowRun
+from ._http import (
+    ApiError,
+    Filters,
+    empty_response,
+    int_filter,
+    json_response,
+    query_filters,
+)
+
+#: What the Python SDK sends with every run message it publishes.
+FEATURE_SET = "LazyFetch,InitialBody,WF_DetectTrigger"
+SDK_VERSION_HEADER = "Upstash-Workflow-Sdk-Version"
+#: Runs listed per page of the logs, by default and at most (the OpenAPI's run mode).
+LOGS_PAGE = 10
+
+
+# -- publishing -----------------------------------------------------------------------------
+def refuse_ended_run(store: Store, opts: MessageOptions) -> None:
+    """Refuse a step published for a run QStash does not know (404) or that has ended (400)."""
+    if not opts.workflow_headers:
+        return
+    refusal = store.workflows.refusal(opts.workflow_headers)
+    if refusal is not None:
+        raise ApiError(*refusal)
+
+
+def trigger(
+    store: Store,
+    url: str,
+    body: Any = None,
+    headers: Mapping[str, str] | None = None,
+    *,
+    run_id: str | None = None,
+    retries: int | None = None,
+    failure_url: str | None = None,
+) -> str:
+    """Start a run at ``url`` as a workflow client does, under a run id chosen here.
+
+    The run's first message is an init message that already carries the protocol version
+    (``Upstash-Forward-Upstash-Workflow-Sdk-Version: 1``): its delivery is the steps array
+    ``[initial payload]`` with ``Upstash-Workflow-RunId``, which the SDK's ``serve()`` takes
+    as a later invocation of *this* run and answers by running the first step. (Without the
+    version header the SDK would treat it as a new request and start a run of its own, under
+    an id it mints.)
+    """
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"invalid workflow url {url!r}: expected an http:// or https:// URL")
+    run_id = run_id or "wfr_" + store.ids.token(21)
+    if store.workflows.get(run_id) is not None:
+        raise ValueError(f"a workflow run {run_id!r} already exists")
+    content, content_type = _payload(body)
+    publish: dict[str, str] = {}
+    for name, value in (headers or {}).items():
+        if name.lower() == "content-type":
+            content_type = value  # QStash honours the top-level Content-Type only
+        else:
+            publish[f"Upstash-Forward-{name}"] = value
+    publish.update(
+        {
+            "Content-Type": content_type,
+            "Upstash-Workflow-Init": "true",
+            "Upstash-Workflow-RunId": run_id,
+            "Upstash-Workflow-Url": url,
+            "Upstash-Feature-Set": FEATURE_SET,
+            f"Upstash-Forward-{SDK_VERSION_HEADER}": "1",
+        }
+    )
+    if retries is not None:
+        publish["Upstash-Retries"] = str(retries)
+    if failure_url is not None:
+        publish["Upstash-Failure-Callback"] = failure_url
+        publish["Upstash-Failure-Callback-Forward-Upstash-Workflow-Is-Failure"] = "true"
+        publish["Upstash-Failure-Callback-Workflow-Runid"] = run_id
+        publish["Upstash-Failure-Callback-Workflow-Url"] = url
+        publish["Upstash-Failure-Callback-Workflow-Calltype"] = "failureCall"
+        if retries is not None:
+            publish["Upstash-Failure-Callback-Retries"] = str(retries)
+    try:
+        opts = parse_options(publish)
+    except InvalidOption as exc:
+        raise ValueError(str(exc)) from None
+    store.publish(url, content, opts)
+    return run_id
+
+
+def _payload(body: Any) -> tuple[bytes, str]:
+    if body is None:
+        return b"", "application/json"
+    if isinstance(body, bytes):
+        return body, "application/octet-stream"
+    if isinstance(body, str):
+        return body.encode(), "text/plain"
+    # As the SDK's own init publish does: anything else is sent as JSON.
+    return json.dumps(body).encode(), "application/json"
+
+
+def notify(store: Store, event_id: str, data: bytes) -> list[dict[str, Any]]:
+    """``POST /v2/notify/{eventId}``: one answer per run waiting for the event. No run can
+    wait here (see the module docstring), so the event reaches nobody and is lost, as QStash
+    does with an event nobody waits for."""
+    del store, event_id, data  # nothing to deliver to
+    return []
+
+
+# -- endpoints ------------------------------------------------------------------------------
+def end_run(store: Store, request: httpx.Request, run_id: str) -> httpx.Response:
+    """``DELETE /v2/workflows/runs/{id}?cancel=false`` is the SDK reporting that the route
+    function returned; ``cancel=true`` cancels the run and what it still owes."""
+    run = store.workflows.get(run_id)
+    if run is None or not run.active:
+        raise ApiError(404, NOT_FOUND)
+    if request.url.params.get("cancel", "false").lower() == "true":
+        _cancel(store, run)
+    else:
+        text = request.content.decode("utf-8", errors="replace")
+        store.workflows.succeed(run, store.clock.now_ms, text)
+    return empty_response(200)
+
+
+_CANCEL_FILTERS = ("workflowRunIds", "workflowUrl", "workflowUrlExactMatch", "fromDate", "toDate")
+
+
+def cancel_runs(store: Store, request: httpx.Request) -> httpx.Response:
+    """``DELETE /v2/workflows/runs``: cancel the runs named, or those matching the filters
+    (every active run when there are none); answers how many were cancelled."""
+    filters = query_filters(request, _CANCEL_FILTERS, "workflow run")
+    ids = filters.get("workflowRunIds")
+    if ids:
+        targets = [run for run_id in ids if (run := store.workflows.get(run_id)) is not None]
+    else:
+        exact = (filters.get("workflowUrlExactMatch") or ["false"])[0].lower() == "true"
+        targets = [run for run in store.workflows if _matches(run, filters, exact)]
+    cancelled = 0
+    for run in dict.fromkeys(targets):  # a run named twice is cancelled once
+        if run.active:
+            _cancel(store, run)
+            cancelled += 1
+    return json_response({"cancelled": cancelled})
+
+
+def get_run_steps(store: Store, request: httpx.Request, run_id: str) -> httpx.Response:
+    """``GET /v2/workflows/runs/{id}``: the run's raw steps (what the TypeScript SDK fetches
+    when QStash sends it an empty body); 404 once the run has ended."""
+    run = store.workflows.get(run_id)
+    if run is None or not run.active:
+        raise ApiError(404, NOT_FOUND)
+    return json_response(store.workflows.raw_steps(run))
+
+
+_LOG_FILTERS = (
+    "cursor",
+    "count",
+    "workflowRunId",
+    "workflowUrl",
+    "workflowCreatedAt",
+    "state",
+    "fromDate",
+    "toDate",
+    "messageId",
+    "groupBy",
+    "trimBody",
+    "label",
+    "flowControlKey",
+    "callerIp",
+)
+
+
+def list_logs(store: Store, request: httpx.Request) -> httpx.Response:
+    """``GET /v2/workflows/logs`` (and ``/v2/workflows/events``, which the TypeScript client
+    calls): runs newest first, ``count`` (at most 10) a page, with an offset cursor."""
+    filters = query_filters(request, _LOG_FILTERS, "workflow log")
+    count = min(int_filter(filters, "count", minimum=1) or LOGS_PAGE, LOGS_PAGE)
+    start = int_filter(filters, "cursor") or 0
+    runs = [run for run in store.workflows if _matches(run, filters, exact=True)]
+    runs.sort(key=lambda run: run.created_ms, reverse=True)  # stable: same ms, newest last
+    page = runs[start : start + count]
+    out: dict[str, Any] = {"runs": [_run_json(run) for run in page]}
+    if start + count < len(runs):
+        out["cursor"] = str(start + count)
+    return json_response(out)
+
+
+def notify_event(store: Store, request: httpx.Request, event_id: str) -> httpx.Response:
+    return json_response(notify(store, event_id, request.content), 201)
+
+
+def notify_run(store: Store, request: httpx.Request, run_id: str, event_id: str) -> httpx.Response:
+    """``POST /v2/notify/{runId}/{eventId}``: with no waiter active, QStash saves the event
+    for the run (a later wait of that run would consume it)."""
+    run = store.workflows.get(run_id)
+    if run is None or not run.active:
+        raise ApiError(400, "Invalid workflow run ID or event ID")
+    run.saved_notifications[event_id] = request.content
+    return json_response(
+        {"workflowRunId": run.run_id, "workflowCreatedAt": run.created_ms, "error": ""}, 201
+    )
+
+
+def list_waiters(store: Store, request: httpx.Request, event_id: str) -> httpx.Response:
+    return json_response([])  # no run waits: waits are not served
+
+
+# -- internals ------------------------------------------------------------------------------
+def _cancel(store: Store, run: WorkflowRun) -> None:
+    for message in store.workflows.cancel(run, store.clock.now_ms):
+        store.cancel(message)
+
+
+def _matches(run: WorkflowRun, filters: Filters, exact: bool) -> bool:
+    if "workflowRunId" in filters and run.run_id not in filters["workflowRunId"]:
+        return False
+    urls = filters.get("workflowUrl")
+    if urls and not any(run.url == u if exact else run.url.startswith(u) for u in urls):
+        return False
+    if "state" in filters and run.state not in filters["state"]:
+        return False
+    created = filters.get("workflowCreatedAt")
+    if created and str(run.created_ms) not in created:
+        return False
+    from_ms = int_filter(filters, "fromDate")
+    to_ms = int_filter(filters, "toDate")
+    if (from_ms is not None and run.created_ms < from_ms) or (
+        to_ms is not None and run.created_ms > to_ms
+    ):
+        return False
+    ids = filters.get("messageId")
+    if ids and not any(m.message_id in ids for m in run.messages):
+        return False
+    # Python SDK runs have no labels or flow-control keys: such a filter matches none.
+    return not ("label" in filters or "flowControlKey" in filters)
+
+
+def _run_json(run: WorkflowRun) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "workflowRunId": run.run_id,
+        "workflowUrl": run.url,
+        "workflowState": run.state,
+        "workflowRunCreatedAt": run.created_ms,
+        # The docs' snippet and the OpenAPI disagree on this name: both are sent.
+        "workflowCreatedAt": run.created_ms,
+        "workflowRunCallerIp": run.messages[0].caller_ip if run.messages else "127.0.0.1",
+    }
+    if run.completed_ms is not None:
+        out["workflowRunCompletedAt"] = run.completed_ms
+    if run.response:
+        out["workflowRunResponse"] = run.response
+    if run.dlq_id:
+        out["dlqId"] = run.dlq_id
+    failure = _failure_function_json(run)
+    if failure:
+        out["failureFunction"] = failure
+    groups: list[dict[str, Any]] = []
+    if run.messages:
+        groups.append({"type": "sequential", "steps": [_initial_step_json(run.messages[0])]})
+    for step in run.steps:
+        info: dict[str, Any] = {
+            "stepId": step.step_id,
+            "stepName": step.name,
+            "stepType": step.type,
+            "callType": STEP,
+            "messageId": step.message_id,
+            "out": step.raw.get("out"),
+            "concurrent": step.concurrent,
+            "state": "STEP_SUCCESS",
+            "createdAt": step.message.created_ms,
+        }
+        if step.sleep_for is not None:
+            info["sleepFor"] = step.sleep_for
+        if step.sleep_until is not None:
+            info["sleepUntil"] = step.sleep_until
+        if step.type == "Call" and isinstance(step.out, dict):
+            info["callResponseStatus"] = step.out.get("status")
+            info["callResponseBody"] = step.out.get("body")
+            info["callResponseHeaders"] = step.out.get("header")
+        groups.append({"type": "sequential", "steps": [info]})
+    pending = [_pending_json(m) for m in run.messages if not m.done]
+    if pending and run.active:
+        groups.append({"type": "next", "steps": pending})
+    out["steps"] = groups
+    return out
+
+
+def _initial_step_json(message: Message) -> dict[str, Any]:
+    return {
+        "stepId": 0,
+        "stepName": "init",
+        "stepType": "Initial",
+        "callType": STEP,
+        "messageId": message.message_id,
+        "out": message.body,
+        "concurrent": 1,
+        "state": "STEP_SUCCESS" if message.state == "DELIVERED" else "STEP_PROGRESS",
+        "createdAt": message.created_ms,
+    }
+
+
+def _pending_json(message: Message) -> dict[str, Any]:
+    return {
+        "messageId": message.message_id,
+        "state": "STEP_RETRY" if message.retried else "STEP_PROGRESS",
+        "retries": message.retried,
+        "nextDeliveryTime": message.not_before_ms,
+    }
+
+
+def _failure_function_json(run: WorkflowRun) -> dict[str, Any]:
+    message, state = run.failure_call, run.failure_function_state
+    if message is None or state is None:
+        return {}
+    out: dict[str, Any] = {
+        "messageId": message.message_id,
+        "url": message.url,
+        "state": state,
+        "maxRetries": message.max_retries,
+    }
+    if run.dlq_id:
+        out["dlqId"] = run.dlq_id
+    last = message.last_delivery
+    if last is not None and last.status is not None:
+        out["responseStatus"] = last.status
+        out["responseBody"] = last.response_body
+    return out

@@ -1,0 +1,363 @@
+"""Upstash Workflow runs: the run table QStash keeps on top of its messages.
+
+A run is a sequence of ordinary messages tied together by the ``Upstash-Workflow-RunId``
+publish header. The message published with ``Upstash-Workflow-Init: true`` starts the run;
+later ones (the steps the app publishes, third-party calls and their callbacks, the failure
+callback) are appended to it. Each message has a *call type* (``Upstash-Workflow-CallType``,
+``step`` when absent) that decides what a delivery of it carries: a ``step`` message goes to
+the workflow URL with the run's steps so far as its body, the others go as published.
+
+Nothing here knows HTTP; the store tells this table about every message it creates.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from .models import DlqEntry, Message, ms_to_datetime
+
+RunState = Literal["RUN_STARTED", "RUN_SUCCESS", "RUN_FAILED", "RUN_CANCELED"]
+FailureFunctionState = Literal[
+    "CALLBACK_INPROGRESS", "CALLBACK_SUCCESS", "CALLBACK_FAIL", "CALLBACK_CANCELED"
+]
+
+STEP = "step"
+TO_CALLBACK = "toCallback"
+FROM_CALLBACK = "fromCallback"
+FAILURE_CALL = "failureCall"
+
+NOT_FOUND = "A workflow run is not found with the given id."
+
+_RUN_ID = "upstash-workflow-runid"
+_INIT = "upstash-workflow-init"
+_URL = "upstash-workflow-url"
+_CALL_TYPE = "upstash-workflow-calltype"
+
+
+@dataclass(frozen=True, slots=True)
+class RunHeaders:
+    """The workflow protocol headers of one publish (``Upstash-Workflow-*``, not forwarded)."""
+
+    run_id: str
+    init: bool
+    url: str | None
+    call_type: str
+
+    @classmethod
+    def of(cls, headers: Mapping[str, str]) -> RunHeaders | None:
+        """From lower-cased publish headers; None when the publish belongs to no run."""
+        run_id = headers.get(_RUN_ID, "").strip()
+        if not run_id:
+            return None
+        return cls(
+            run_id=run_id,
+            init=headers.get(_INIT, "").strip().lower() == "true",
+            url=headers.get(_URL) or None,
+            call_type=headers.get(_CALL_TYPE, "").strip() or STEP,
+        )
+
+
+@dataclass(eq=False, slots=True)
+class WorkflowStep:
+    """One step result the app published (``context.run``, ``sleep``, ``sleep_until``,
+    ``call``), decoded from the step JSON the SDK sent."""
+
+    step_id: int
+    name: str
+    #: The SDK's step type: ``Run``, ``SleepFor``, ``SleepUntil``, ``Call`` (``Wait`` and
+    #: ``Notify`` exist only in the TypeScript SDK).
+    type: str
+    #: The step's result, decoded from the JSON string the SDK stores it as (``None`` for a
+    #: sleep; for a call, ``{"status", "body" (text), "header"}``).
+    out: Any
+    concurrent: int
+    sleep_for: int | str | None
+    sleep_until: int | None
+    #: The step JSON exactly as published, for anything not surfaced above.
+    raw: dict[str, Any] = field(repr=False)
+    #: The message that carried the step: its delivery resumes the run.
+    message: Message = field(repr=False)
+
+    @property
+    def message_id(self) -> str:
+        return self.message.message_id
+
+    @property
+    def created_at(self) -> datetime:
+        """When the app published the step (the step ran at that virtual instant)."""
+        return self.message.created_at
+
+    @property
+    def resumes_at(self) -> datetime:
+        """When the run continues after this step: the publish time, or the end of a sleep."""
+        return self.message.not_before
+
+    def __repr__(self) -> str:
+        return f"<WorkflowStep {self.step_id} {self.name!r} {self.type} out={self.out!r}>"
+
+
+@dataclass(eq=False, slots=True)
+class _RunMessage:
+    message: Message
+    call_type: str
+    #: The message as an element of a delivered steps array, built once (compact JSON).
+    entry_json: str
+
+
+@dataclass(eq=False, slots=True)
+class WorkflowRun:
+    """A workflow run as QStash tracks it, from its init message to its end."""
+
+    run_id: str
+    url: str
+    created_ms: int
+    state: RunState = "RUN_STARTED"
+    completed_ms: int | None = None
+    #: The DLQ entry of the message whose failure ended the run.
+    dlq_id: str | None = None
+    #: What the app sent with ``DELETE .../runs/{id}?cancel=false`` (the TypeScript SDK sends
+    #: the route's result; Python sends nothing).
+    response: str | None = None
+    _members: list[_RunMessage] = field(default_factory=list, repr=False)
+    #: Notifications sent to this run that no waiter consumed (``/v2/notify/{runId}/{id}``).
+    saved_notifications: dict[str, bytes] = field(default_factory=dict, repr=False)
+
+    @property
+    def created_at(self) -> datetime:
+        return ms_to_datetime(self.created_ms)
+
+    @property
+    def completed_at(self) -> datetime | None:
+        return None if self.completed_ms is None else ms_to_datetime(self.completed_ms)
+
+    @property
+    def active(self) -> bool:
+        return self.state == "RUN_STARTED"
+
+    @property
+    def messages(self) -> list[Message]:
+        """Every message of the run, in publish order (the init message first)."""
+        return [member.message for member in self._members]
+
+    @property
+    def body(self) -> str:
+        """The run's initial payload, as the init message carried it."""
+        return self._members[0].message.body if self._members else ""
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def steps(self) -> list[WorkflowStep]:
+        """The steps the app published, in order (the initial payload is not a step)."""
+        return [
+            step
+            for member in self._members[1:]
+            if member.call_type == STEP and (step := _decode_step(member.message)) is not None
+        ]
+
+    def step(self, name: str) -> WorkflowStep:
+        """The step called ``name`` (the last one, should a name repeat)."""
+        for step in reversed(self.steps):
+            if step.name == name:
+                return step
+        names = ", ".join(repr(s.name) for s in self.steps) or "none"
+        raise KeyError(f"run {self.run_id} has no step {name!r} (steps: {names})")
+
+    @property
+    def failure_call(self) -> Message | None:
+        """The failure callback QStash published when the run failed (to the
+        ``failure_function``'s route or the ``failure_url``), if any."""
+        for member in reversed(self._members):
+            if member.call_type == FAILURE_CALL:
+                return member.message
+        return None
+
+    @property
+    def failure_function_state(self) -> FailureFunctionState | None:
+        """How the failure callback went: None when there is none."""
+        message = self.failure_call
+        if message is None:
+            return None
+        if message.state == "DELIVERED":
+            return "CALLBACK_SUCCESS"
+        if message.state == "FAILED":
+            return "CALLBACK_FAIL"
+        if message.state == "CANCELED":
+            return "CALLBACK_CANCELED"
+        return "CALLBACK_INPROGRESS"
+
+    def __repr__(self) -> str:
+        return (
+            f"<WorkflowRun {self.run_id} {self.url} state={self.state} "
+            f"steps={len(self.steps)} created_at={self.created_at.isoformat()}>"
+        )
+
+
+class WorkflowRuns:
+    """The run table: runs by id, and which run (and call type) each message belongs to."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, WorkflowRun] = {}
+        #: message id -> (its run, its position in the run)
+        self._members: dict[str, tuple[WorkflowRun, int]] = {}
+
+    def get(self, run_id: str) -> WorkflowRun | None:
+        return self.runs.get(run_id)
+
+    def __iter__(self) -> Iterator[WorkflowRun]:
+        return iter(self.runs.values())
+
+    # -- publishing -------------------------------------------------------------------------
+    def refusal(self, headers: Mapping[str, str]) -> tuple[int, str] | None:
+        """Why QStash would refuse this publish (status, error), or None when it is fine:
+        a step for a run it does not know, or for one that has ended."""
+        tag = RunHeaders.of(headers)
+        if tag is None or tag.init:
+            return None
+        run = self.runs.get(tag.run_id)
+        if run is None:
+            return 404, f"workflow run {tag.run_id} not found"
+        if not run.active:
+            return 400, f"workflow run {tag.run_id} is not active (state {run.state})"
+        return None
+
+    def existing_init(self, headers: Mapping[str, str]) -> Message | None:
+        """The init message of the run an init publish names, when that run already exists:
+        a run is never started twice (the publish is answered as deduplicated)."""
+        tag = RunHeaders.of(headers)
+        if tag is None or not tag.init:
+            return None
+        run = self.runs.get(tag.run_id)
+        return run.messages[0] if run is not None and run.messages else None
+
+    def track(self, message: Message, headers: Mapping[str, str], now_ms: int) -> bool:
+        """Tie a new message to its run (starting the run on an init publish).
+
+        Returns False when the message must never be delivered: it is for a run that has
+        ended (a call's callback arriving after a cancel, say). A failure callback is the
+        exception: it is what a failed run publishes."""
+        tag = RunHeaders.of(headers)
+        if tag is None:
+            return True
+        message.workflow_run_id = tag.run_id
+        run = self.runs.get(tag.run_id)
+        if run is None:
+            if not tag.init:
+                return True  # the API refuses these; one made internally just keeps its tag
+            run = self.runs[tag.run_id] = WorkflowRun(
+                run_id=tag.run_id, url=tag.url or message.url, created_ms=now_ms
+            )
+        self._members[message.message_id] = (run, len(run._members))
+        run._members.append(_RunMessage(message, tag.call_type, _entry_json(message, tag)))
+        return run.active or tag.call_type == FAILURE_CALL
+
+    # -- delivering -------------------------------------------------------------------------
+    def membership(self, message_id: str) -> tuple[WorkflowRun, str] | None:
+        """The run a message belongs to and its call type, or None."""
+        found = self._members.get(message_id)
+        if found is None:
+            return None
+        run, position = found
+        return run, run._members[position].call_type
+
+    def steps_body(self, message_id: str) -> bytes:
+        """The body of a ``step`` delivery: a JSON array of the run's messages up to and
+        including this one (cancelled ones left out), each ``{messageId, body: <standard,
+        padded base64>, callType}``."""
+        run, position = self._members[message_id]
+        entries = [
+            member.entry_json
+            for member in run._members[: position + 1]
+            if member.message.state != "CANCELED"
+        ]
+        return ("[" + ",".join(entries) + "]").encode()
+
+    def raw_steps(self, run: WorkflowRun) -> list[dict[str, Any]]:
+        """Every live message of the run as a steps-array element (the lazy fetch)."""
+        return [
+            json.loads(member.entry_json)
+            for member in run._members
+            if member.message.state != "CANCELED"
+        ]
+
+    # -- ending -----------------------------------------------------------------------------
+    def succeed(self, run: WorkflowRun, now_ms: int, response: str | None = None) -> None:
+        run.state = "RUN_SUCCESS"
+        run.completed_ms = now_ms
+        run.response = response or None
+
+    def cancel(self, run: WorkflowRun, now_ms: int) -> list[Message]:
+        """End the run as cancelled; returns its messages still owed a delivery (sleeps,
+        retries, the attempt in flight), for the store to cancel."""
+        run.state = "RUN_CANCELED"
+        run.completed_ms = now_ms
+        return [m for m in run.messages if not m.done]
+
+    def message_failed(self, message: Message, entry: DlqEntry, now_ms: int) -> None:
+        """A message of a run ran out of retries. A step (or a call's callback, without
+        which the run cannot go on) fails the run; a third-party call does not (the SDK
+        sends it with ``WF_NoDelete``: its failure reaches the run through the callback),
+        nor does the failure callback itself."""
+        found = self.membership(message.message_id)
+        if found is None:
+            return
+        run, call_type = found
+        if run.active and call_type in (STEP, FROM_CALLBACK):
+            run.state = "RUN_FAILED"
+            run.completed_ms = now_ms
+            run.dlq_id = entry.dlq_id
+
+    def failure_fields(self, message: Message) -> dict[str, Any]:
+        """What a workflow failure callback adds to QStash's callback JSON: the run, and the
+        run's *initial* payload as ``sourceBody`` (the ``InitialBody`` feature)."""
+        found = self.membership(message.message_id)
+        if found is None:
+            return {}
+        run = found[0]
+        initial = run.messages[0].content if run.messages else b""
+        return {
+            "workflowRunId": run.run_id,
+            "workflowCreatedAt": run.created_ms,
+            "sourceBody": base64.b64encode(initial).decode("ascii"),
+        }
+
+
+def _entry_json(message: Message, tag: RunHeaders) -> str:
+    entry = {
+        "messageId": message.message_id,
+        "body": base64.b64encode(message.content).decode("ascii"),
+        "callType": tag.call_type,
+    }
+    return json.dumps(entry, separators=(",", ":"))
+
+
+def _decode_step(message: Message) -> WorkflowStep | None:
+    """A step message's JSON as a ``WorkflowStep``; None for a body that is not one."""
+    try:
+        raw = json.loads(message.content)
+    except ValueError:
+        return None
+    if not isinstance(raw, dict) or "stepName" not in raw:
+        return None
+    out = raw.get("out")
+    if isinstance(out, str):
+        with contextlib.suppress(ValueError):  # not JSON: kept as text, as the SDK does
+            out = json.loads(out)
+    return WorkflowStep(
+        step_id=int(raw.get("stepId") or 0),
+        name=str(raw["stepName"]),
+        type=str(raw.get("stepType", "")),
+        out=out,
+        concurrent=int(raw.get("concurrent") or 1),
+        sleep_for=raw.get("sleepFor"),
+        sleep_until=raw.get("sleepUntil"),
+        raw=raw,
+        message=message,
+    )
