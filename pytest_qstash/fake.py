@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from datetime import datetime, timezone
@@ -328,7 +329,10 @@ class FakeQStash:
         the event. Only TypeScript SDK runs can wait (the Python SDK has no
         ``wait_for_event``), and waits are not served here, so this is always ``[]``: the
         event is lost, as QStash loses an event nobody waits for."""
-        content = data if isinstance(data, bytes) else str(data or "").encode()
+        if data is None or isinstance(data, (str, bytes)):
+            content = data.encode() if isinstance(data, str) else data or b""
+        else:
+            content = json.dumps(data).encode()
         return api.workflows.notify(self.store, event_id, content)
 
     @property

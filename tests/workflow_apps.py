@@ -8,10 +8,14 @@ answers 500 and the run cannot move on.
 Routes (FastAPI, async context; Flask, sync context):
     /order     run "validate" -> sleep "cool-down" 30s -> call "reserve" (POST to the stock
                service) -> sleep_until "ship" (payload["ship_at"]) -> run "confirm"
-    /fails     run "prepare" -> run "charge", which raises; retries=1, failure_function
+    /fails     run "prepare" (raises if payload["fail_first"]) -> run "charge", which
+               raises; retries=1, failure_function
     /many      payload["steps"] runs of "step-<i>", each returning i * i
     /flaky     call "lookup" to a stock route that answers 503 (call retries=1) -> run
                "after" returning the status the call saw
+
+Bare handlers (``serve`` / ``async_serve``), mounted as plain callables taking an
+``httpx.Request``: run "add" -> sleep "nap" "1m" -> run "double".
 
 The stock service (the third party ``context.call`` reaches) is a Starlette app:
     POST /reserve  echoes the reservation and the X-Api-Key header it got
@@ -21,17 +25,19 @@ The stock service (the third party ``context.call`` reaches) is a Starlette app:
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import flask
+import httpx
 from fastapi import FastAPI
 from qstash import Receiver
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from upstash_workflow import AsyncWorkflowContext, WorkflowContext
+from upstash_workflow import AsyncWorkflowContext, WorkflowContext, async_serve, serve
 from upstash_workflow.fastapi import Serve as FastAPIServe
 from upstash_workflow.flask import Serve as FlaskServe
 
@@ -72,9 +78,7 @@ def stock_app(journal: Journal) -> Starlette:
         journal.stock_requests.append(("GET", "/down", dict(request.headers), ""))
         return JSONResponse({"error": "maintenance"}, status_code=503)
 
-    return Starlette(
-        routes=[Route("/reserve", reserve, methods=["POST"]), Route("/down", down)]
-    )
+    return Starlette(routes=[Route("/reserve", reserve, methods=["POST"]), Route("/down", down)])
 
 
 # -- FastAPI (async SDK) --------------------------------------------------------------------
@@ -122,6 +126,8 @@ def fastapi_workflow_app(journal: Journal, *, receiver: Receiver | None = None) 
 
         async def prepare() -> str:
             journal.executed.append(("prepare", run_id))
+            if context.request_payload.get("fail_first"):
+                raise RuntimeError("no stock")
             return "prepared"
 
         async def charge() -> None:
@@ -202,6 +208,8 @@ def flask_workflow_app(journal: Journal) -> flask.Flask:
 
         def prepare() -> str:
             journal.executed.append(("prepare", run_id))
+            if context.request_payload.get("fail_first"):
+                raise RuntimeError("no stock")
             return "prepared"
 
         def charge() -> None:
@@ -210,5 +218,84 @@ def flask_workflow_app(journal: Journal) -> flask.Flask:
 
         context.run("prepare", prepare)
         context.run("charge", charge)
+
+    return app
+
+
+# -- bare serve() / async_serve() -----------------------------------------------------------
+@dataclass
+class BareRequest:
+    """What ``serve()``'s handler reads from a request. ``headers`` must look names up
+    case-insensitively (the SDK asks for ``Upstash-Workflow-Sdk-Version`` as spelled)."""
+
+    body: str
+    headers: Mapping[str, str]
+    url: str
+    method: str = "POST"
+
+
+@dataclass
+class AsyncBareRequest:
+    """``async_serve()``'s handler awaits the body."""
+
+    content: bytes
+    headers: Mapping[str, str]
+    url: str
+    method: str = "POST"
+
+    async def body(self) -> bytes:
+        return self.content
+
+
+def bare_workflow_handler(journal: Journal) -> Callable[[httpx.Request], httpx.Response]:
+    def route(context: WorkflowContext[dict[str, int]]) -> None:
+        run_id = context.workflow_run_id
+
+        def add() -> int:
+            journal.executed.append(("add", run_id))
+            return context.request_payload["a"] + context.request_payload["b"]
+
+        total = context.run("add", add)
+        context.sleep("nap", "1m")
+
+        def double() -> int:
+            journal.executed.append(("double", run_id))
+            return total * 2
+
+        context.run("double", double)
+
+    handler = serve(route)["handler"]
+
+    def app(request: httpx.Request) -> httpx.Response:
+        reply = handler(BareRequest(request.content.decode(), request.headers, str(request.url)))
+        return httpx.Response(reply.status, content=reply.body.encode(), headers=reply.headers)
+
+    return app
+
+
+def async_bare_workflow_handler(
+    journal: Journal,
+) -> Callable[[httpx.Request], Awaitable[httpx.Response]]:
+    async def route(context: AsyncWorkflowContext[dict[str, int]]) -> None:
+        run_id = context.workflow_run_id
+
+        async def add() -> int:
+            journal.executed.append(("add", run_id))
+            return context.request_payload["a"] + context.request_payload["b"]
+
+        total = await context.run("add", add)
+        await context.sleep("nap", "1m")
+
+        async def double() -> int:
+            journal.executed.append(("double", run_id))
+            return total * 2
+
+        await context.run("double", double)
+
+    handler = async_serve(route)["handler"]
+
+    async def app(request: httpx.Request) -> httpx.Response:
+        reply = await handler(AsyncBareRequest(request.content, request.headers, str(request.url)))
+        return httpx.Response(reply.status, content=reply.body.encode(), headers=reply.headers)
 
     return app

@@ -118,7 +118,6 @@ def notify(store: Store, event_id: str, data: bytes) -> list[dict[str, Any]]:
     """``POST /v2/notify/{eventId}``: one answer per run waiting for the event. No run can
     wait here (see the module docstring), so the event reaches nobody and is lost, as QStash
     does with an event nobody waits for."""
-    del store, event_id, data  # nothing to deliver to
     return []
 
 

@@ -81,8 +81,11 @@ def parse_options(headers: Mapping[str, str]) -> MessageOptions:
     if opts.delay_ms is not None and opts.not_before_ms is not None:
         opts.delay_ms = None  # Upstash-Not-Before wins over Upstash-Delay
     if content_type is not None:
-        forwarded.insert(0, ("Content-Type", content_type))
-    # A forwarded Content-Type overrides the request's own one.
+        # A workflow run's messages forward the previous delivery's headers, Content-Type
+        # among them; there QStash keeps the message's own (as the workflow SDKs rely on).
+        at = len(forwarded) if opts.workflow_headers else 0
+        forwarded.insert(at, ("Content-Type", content_type))
+    # Otherwise a forwarded Content-Type overrides the request's own one.
     opts.headers = httpx.Headers(_last_wins(forwarded))
     opts.callback_headers = httpx.Headers(callback) if callback else None
     opts.failure_callback_headers = httpx.Headers(failure) if failure else None
