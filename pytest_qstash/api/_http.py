@@ -100,6 +100,24 @@ def flow_control_fields(fc: FlowControl | None) -> dict[str, Any]:
     return out
 
 
+def message_fields(message: Message) -> dict[str, Any]:
+    """The optional fields every view of a message shares (API, DLQ, log), None left out."""
+    fields: dict[str, Any] = {
+        "topicName": message.url_group,
+        "endpointName": message.endpoint_name,
+        "queueName": message.queue,
+        "scheduleId": message.schedule_id,
+        "callback": message.callback,
+        "failureCallback": message.failure_callback,
+        "label": message.label,
+        "labels": [message.label] if message.label else None,
+        "workflowRunId": message.workflow_run_id,
+    }
+    out = {k: v for k, v in fields.items() if v is not None}
+    out.update(flow_control_fields(message.flow_control))
+    return out
+
+
 def message_json(message: Message) -> dict[str, Any]:
     """A message as ``GET /v2/messages/{id}`` (and the DLQ) shows it."""
     out: dict[str, Any] = {
@@ -115,27 +133,15 @@ def message_json(message: Message) -> dict[str, Any]:
     if message.headers:
         out["header"] = header_map(message.headers, message.redact)
     put_body(out, message.content, redact="body" in message.redact)
-    optional: dict[str, Any] = {
-        "topicName": message.url_group,
-        "endpointName": message.endpoint_name,
-        "queueName": message.queue,
-        "scheduleId": message.schedule_id,
-        "callback": message.callback,
-        "failureCallback": message.failure_callback,
-        "retryDelayExpression": message.retry_delay,
-        "label": message.label,
-        "workflowRunId": message.workflow_run_id,
-    }
-    out.update({k: v for k, v in optional.items() if v is not None})
-    if message.label:
-        out["labels"] = [message.label]
+    out.update(message_fields(message))
+    if message.retry_delay is not None:
+        out["retryDelayExpression"] = message.retry_delay
     if message.callback_headers:
         out["callbackHeader"] = header_map(message.callback_headers)
     if message.failure_callback_headers:
         out["failureCallbackHeader"] = header_map(message.failure_callback_headers)
     if message.timeout_ms is not None:
         out["timeout"] = message.timeout_ms // 1000
-    out.update(flow_control_fields(message.flow_control))
     return out
 
 

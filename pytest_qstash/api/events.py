@@ -20,10 +20,10 @@ from ..state.store import Store
 from ._http import (
     ApiError,
     Filters,
-    flow_control_fields,
     header_map,
     int_filter,
     json_response,
+    message_fields,
     query_filters,
     redacted,
 )
@@ -234,25 +234,13 @@ def _message_fields(message: Message) -> dict[str, Any]:
         out["body"] = (
             redacted(message.content) if "body" in message.redact else _b64(message.content)
         )
-    optional: dict[str, Any] = {
-        "topicName": message.url_group,
-        "endpointName": message.endpoint_name,
-        "queueName": message.queue,
-        "scheduleId": message.schedule_id,
-        "callback": message.callback,
-        "failureCallback": message.failure_callback,
-        "retryDelayExpr": message.retry_delay,
-        "retryDelayExpression": message.retry_delay,
-        "timeout": message.timeout_ms,  # milliseconds here, as the log docs say
-        "label": message.label,
-        "workflowRunId": message.workflow_run_id,
-    }
-    out.update({k: v for k, v in optional.items() if v is not None})
-    if message.label:
-        out["labels"] = [message.label]
+    out.update(message_fields(message))
+    if message.retry_delay is not None:
+        out["retryDelayExpr"] = out["retryDelayExpression"] = message.retry_delay
+    if message.timeout_ms is not None:
+        out["timeout"] = message.timeout_ms  # milliseconds here, as the log docs say
     if message.callback_headers:
         out["callbackHeaders"] = header_map(message.callback_headers)
     if message.failure_callback_headers:
         out["failureCallbackHeaders"] = header_map(message.failure_callback_headers)
-    out.update(flow_control_fields(message.flow_control))
     return out
