@@ -648,3 +648,27 @@ def test_run_now_releases_a_delayed_message(qstash: FakeQStash, client: QStash) 
     assert qstash.tick()[0].message_id == message_id
     assert hits == ["/job"]
     assert raw("POST", f"/v2/messages/{message_id}/retry").status_code == 404
+
+
+def test_webhook_mode_reads_options_from_the_query_and_forwards_headers(
+    qstash: FakeQStash,
+) -> None:
+    # Senders that cannot set Upstash-* headers (third-party webhooks) pass them as query
+    # parameters, and ask for their own headers to be forwarded as they are.
+    seen: list[httpx.Request] = []
+    qstash.mount("https://hooks.test", lambda request: seen.append(request) or 500)
+    response = httpx.post(
+        f"{API}/v2/publish/https://hooks.test/stripe?source=stripe"
+        f"&qstash_token={qstash.token}&upstash-retries=0&upstash-header-forward=true",
+        headers={"Stripe-Signature": "t=1,v1=abc", "Content-Type": "application/json"},
+        content=b'{"type": "charge.succeeded"}',
+    )
+
+    assert response.status_code == 200
+    [message] = qstash.messages
+    assert message.url == "https://hooks.test/stripe?source=stripe"
+    assert message.max_retries == 0
+    qstash.tick()
+    assert seen[0].headers["stripe-signature"] == "t=1,v1=abc"
+    assert seen[0].headers["content-type"] == "application/json"
+    assert message.state == "FAILED"  # no retries, as the query asked

@@ -147,6 +147,11 @@ def _route(method: str, path: str, query: str, endpoint: str) -> tuple[Handler, 
 
 
 def _destination(raw: str, query: str) -> str:
-    # The destination is sent unencoded in the path: its query string arrives as ours.
-    kept = "&".join(p for p in query.split("&") if p and not p.startswith("qstash_token="))
+    # The destination is sent unencoded in the path: its query string arrives as ours, less
+    # what QStash itself reads there (the token, and `upstash-*` options in webhook mode).
+    kept = "&".join(
+        p
+        for p in query.split("&")
+        if p and not p.startswith("qstash_token=") and not p.lower().startswith("upstash-")
+    )
     return f"{raw}?{kept}" if kept else raw

@@ -18,12 +18,14 @@ INVALID_DESTINATION = (
 
 
 def publish(store: Store, request: httpx.Request, destination: str) -> httpx.Response:
-    return _answer(_publish(store, destination, request.headers, request.content, queue=None))
+    headers = _request_options(request)
+    return _answer(_publish(store, destination, headers, request.content, queue=None))
 
 
 def enqueue(store: Store, request: httpx.Request, queue: str, destination: str) -> httpx.Response:
     _check_name(queue, "queue name")
-    return _answer(_publish(store, destination, request.headers, request.content, queue=queue))
+    headers = _request_options(request)
+    return _answer(_publish(store, destination, headers, request.content, queue=queue))
 
 
 def batch(store: Store, request: httpx.Request) -> httpx.Response:
@@ -40,6 +42,38 @@ def batch(store: Store, request: httpx.Request) -> httpx.Response:
 
 
 # -- internals ------------------------------------------------------------------------------
+#: Headers of the publish request itself, never forwarded in webhook mode.
+_NOT_FORWARDED = frozenset(
+    {
+        "authorization",
+        "host",
+        "content-length",
+        "connection",
+        "accept",
+        "accept-encoding",
+        "user-agent",
+        "content-type",
+        "transfer-encoding",
+    }
+)
+
+
+def _request_options(request: httpx.Request) -> httpx.Headers:
+    """The publish options of a request: its headers, plus the webhook conveniences QStash
+    offers senders that cannot set headers: ``?upstash-retries=3``-style query parameters, and
+    ``Upstash-Header-Forward: true`` to forward every incoming header without the prefix."""
+    headers = httpx.Headers(request.headers)
+    for name, value in request.url.params.multi_items():
+        if name.lower().startswith("upstash-") and name not in headers:
+            headers[name] = value
+    if headers.get("upstash-header-forward", "").lower() == "true":
+        for name, value in request.headers.multi_items():
+            lowered = name.lower()
+            if lowered not in _NOT_FORWARDED and not lowered.startswith("upstash-"):
+                headers.setdefault(f"upstash-forward-{name}", value)
+    return headers
+
+
 Results = tuple[list[Published], bool]  # what was published, whether to a URL group
 
 
