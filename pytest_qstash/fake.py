@@ -141,11 +141,18 @@ class FakeQStash:
         return self._active
 
     # -- wiring -----------------------------------------------------------------------------
-    def mount(self, base_url: str, app: Any, *, kind: str | None = None) -> Any:
+    def mount(
+        self, base_url: str, app: Any, *, kind: str | None = None, lifespan: bool = False
+    ) -> Any:
         """Deliver messages whose URL starts with ``base_url`` into ``app`` (ASGI, WSGI, or a
         callable taking an ``httpx.Request``; ``kind`` overrides detection). The longest
-        matching base URL wins. Returns ``app``."""
-        self.mounts.add(base_url, app, kind)
+        matching base URL wins. Returns ``app``.
+
+        ``lifespan=True`` (ASGI apps) runs the app's lifespan: startup before its first
+        delivery, shutdown when the fake stops; its requests then run on the fake's own
+        event loop thread, in async tests too, next to the resources the lifespan opened.
+        """
+        self.mounts.add(base_url, app, kind, lifespan=lifespan)
         return app
 
     def unmount(self, base_url: str) -> None:

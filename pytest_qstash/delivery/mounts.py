@@ -16,6 +16,8 @@ class Mount:
     base_url: str
     app: Any
     kind: AppKind
+    #: Run the ASGI app's lifespan (startup before its first delivery, shutdown at stop).
+    lifespan: bool = False
 
     def matches(self, url: str) -> bool:
         if not url.startswith(self.base_url):
@@ -55,14 +57,21 @@ class MountTable:
     def __init__(self) -> None:
         self._mounts: list[Mount] = []
 
-    def add(self, base_url: str, app: Any, kind: str | None = None) -> Mount:
+    def add(
+        self, base_url: str, app: Any, kind: str | None = None, *, lifespan: bool = False
+    ) -> Mount:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(
                 f"cannot mount at {base_url!r}: expected an absolute http:// or https:// base URL"
             )
         if kind is not None and kind not in _KINDS:
             raise ValueError(f"unknown app kind {kind!r}: expected one of {', '.join(_KINDS)}")
-        mount = Mount(base_url, app, kind if kind is not None else detect_kind(app))  # type: ignore[arg-type]
+        resolved: AppKind = kind if kind is not None else detect_kind(app)  # type: ignore[assignment]
+        if lifespan and resolved != "asgi":
+            raise ValueError(
+                f"lifespan=True needs an ASGI app; the app mounted at {base_url!r} is {resolved}"
+            )
+        mount = Mount(base_url, app, resolved, lifespan)
         self._mounts = [m for m in self._mounts if m.base_url != base_url] + [mount]
         # Longest base URL first, so the most specific mount answers.
         self._mounts.sort(key=lambda m: len(m.base_url), reverse=True)

@@ -22,6 +22,7 @@ import anyio.from_thread
 import anyio.to_thread
 import httpx
 
+from .lifespan import Lifespan
 from .mounts import Mount, MountTable
 
 _ORIGINAL_HTTPX_HANDLE_REQUEST = httpx.HTTPTransport.handle_request
@@ -64,6 +65,7 @@ class Sender:
         self._portal_cm: contextlib.AbstractContextManager[anyio.from_thread.BlockingPortal] | (
             None
         ) = None
+        self._lifespans: dict[str, Lifespan] = {}
 
     # -- sync -------------------------------------------------------------------------------
     def send(self, request: httpx.Request) -> Outcome:
@@ -74,7 +76,10 @@ class Sender:
             if mount.kind == "wsgi":
                 return _wsgi(mount, request)
             if mount.kind == "asgi":
-                return self._blocking_portal().call(_asgi, mount, request)
+                outcome: Outcome = self._blocking_portal().call(
+                    _asgi, self._asgi_app(mount), request
+                )
+                return outcome
             result = mount.app(request)
             if inspect.isawaitable(result):
                 result = self._blocking_portal().call(_awaited, result)
@@ -96,8 +101,11 @@ class Sender:
         if mount is None:
             return await self._asend_unmounted(request)
         try:
+            if mount.kind == "asgi" and mount.lifespan:
+                # Its lifespan runs on the portal's loop: so do its requests.
+                return await anyio.to_thread.run_sync(self.send, request)
             if mount.kind == "asgi":
-                return await _asgi(mount, request)
+                return await _asgi(mount.app, request)
             if mount.kind == "wsgi":
                 return await anyio.to_thread.run_sync(_wsgi, mount, request)
             result = mount.app(request)
@@ -139,14 +147,34 @@ class Sender:
             self._portal = self._portal_cm.__enter__()
         return self._portal
 
+    def _asgi_app(self, mount: Mount) -> Any:
+        """The app to call for a delivery; for a lifespan mount, started once, with state."""
+        if not mount.lifespan:
+            return mount.app
+        lifespan = self._lifespans.get(mount.base_url)
+        if lifespan is None or lifespan.app is not mount.app:
+            lifespan = Lifespan(mount.app, mount.base_url)
+            lifespan.start(self._blocking_portal())
+            self._lifespans[mount.base_url] = lifespan
+        return lifespan.request_app
+
     def close(self) -> None:
+        try:
+            lifespans, self._lifespans = list(self._lifespans.values()), {}
+            if self._portal is not None:
+                for lifespan in reversed(lifespans):
+                    lifespan.stop(self._portal)
+        finally:
+            self._close_portal()
+
+    def _close_portal(self) -> None:
         if self._portal_cm is not None:
             cm, self._portal_cm, self._portal = self._portal_cm, None, None
             cm.__exit__(None, None, None)
 
 
-async def _asgi(mount: Mount, request: httpx.Request) -> Outcome:
-    transport = httpx.ASGITransport(app=mount.app, raise_app_exceptions=True)
+async def _asgi(app: Any, request: httpx.Request) -> Outcome:
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=True)
     response = await transport.handle_async_request(request)
     content = await response.aread()
     return Outcome(response.status_code, response.headers, content)

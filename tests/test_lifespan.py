@@ -1,0 +1,96 @@
+"""ASGI lifespan for mounted apps: startup before the first delivery, shutdown at stop."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from fastapi import FastAPI, Request
+from qstash import AsyncQStash, QStash
+from starlette.applications import Starlette
+
+from pytest_qstash import FakeQStash
+
+BASE = "https://life.test"
+
+
+def make_app(events: list[str]) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+        events.append("startup")
+        app.state.db = {"jobs": []}
+        yield {"greeting": "hello from lifespan"}
+        events.append("shutdown")
+
+    app = FastAPI(lifespan=lifespan)
+
+    @app.post("/job")
+    async def job(request: Request) -> dict[str, str]:
+        # Both ways a lifespan hands resources to requests: app.state and the state dict.
+        request.app.state.db["jobs"].append((await request.body()).decode())
+        return {"greeting": request.state.greeting}
+
+    return app
+
+
+def test_lifespan_runs_once_around_deliveries() -> None:
+    events: list[str] = []
+    app = make_app(events)
+    with FakeQStash() as qstash:
+        qstash.mount(BASE, app, lifespan=True)
+        client = QStash(os.environ["QSTASH_TOKEN"], retry=False)
+        assert events == []  # nothing starts before it is needed
+
+        client.message.publish(url=f"{BASE}/job", body="one")
+        client.message.publish(url=f"{BASE}/job", body="two")
+        deliveries = qstash.tick()
+
+        assert [d.status for d in deliveries] == [200, 200]
+        assert deliveries[0].response_body == '{"greeting":"hello from lifespan"}'
+        assert app.state.db == {"jobs": ["one", "two"]}
+        assert events == ["startup"]
+    assert events == ["startup", "shutdown"]
+
+
+def test_without_lifespan_the_app_is_not_started(qstash: FakeQStash, client: QStash) -> None:
+    events: list[str] = []
+    qstash.mount(BASE, make_app(events))
+    client.message.publish(url=f"{BASE}/job", body="x")
+    with pytest.raises(AttributeError):
+        qstash.tick()  # the handler reads app.state.db, which only the lifespan sets
+    assert events == []
+
+
+@pytest.mark.asyncio
+async def test_lifespan_app_in_an_async_test() -> None:
+    events: list[str] = []
+    app = make_app(events)
+    async with FakeQStash() as qstash:
+        qstash.mount(BASE, app, lifespan=True)
+        client = AsyncQStash(os.environ["QSTASH_TOKEN"], retry=False)
+        await client.message.publish(url=f"{BASE}/job", body="async")
+        [delivery] = await qstash.atick()
+        assert delivery.status == 200
+        assert app.state.db == {"jobs": ["async"]}
+    assert events == ["startup", "shutdown"]
+
+
+def test_failed_startup_is_raised_from_tick(qstash: FakeQStash, client: QStash) -> None:
+    @asynccontextmanager
+    async def broken(app: Starlette) -> AsyncIterator[None]:
+        raise RuntimeError("database unreachable")
+        yield  # pragma: no cover
+
+    qstash.mount(BASE, Starlette(lifespan=broken), lifespan=True)
+    client.message.publish(url=f"{BASE}/job", body="x")
+    with pytest.raises(RuntimeError, match="database unreachable"):
+        qstash.tick()
+    assert qstash.messages[0].state == "RETRY"  # not lost: retried like any failed attempt
+
+
+def test_lifespan_needs_an_asgi_app(qstash: FakeQStash) -> None:
+    with pytest.raises(ValueError, match="lifespan=True needs an ASGI app"):
+        qstash.mount(BASE, lambda request: None, lifespan=True)
