@@ -15,6 +15,7 @@ def timeline(store: Store, deliveries_total: int) -> str:
         f"{len(store.dlq)} in the DLQ",
     ]
     messages = list(store.messages.values())
+    refused = False
     for message in messages[:_MAX_MESSAGES]:
         lines.append(_message_line(message))
         for delivery in message.deliveries:
@@ -30,9 +31,21 @@ def timeline(store: Store, deliveries_total: int) -> str:
                 f"    {delivery.at.isoformat()} attempt retried={delivery.retried} "
                 f"{outcome}{detail}"
             )
+            refused = refused or delivery.status in (400, 401, 403)
     if len(messages) > _MAX_MESSAGES:
         lines.append(f"... and {len(messages) - _MAX_MESSAGES} more message(s)")
+    if refused:
+        lines.append(_SIGNATURE_HINT)
     return "\n".join(lines)
+
+
+# A refused delivery is most often a signature the app could not verify.
+_SIGNATURE_HINT = (
+    "hint: a delivery was refused (400/401/403). If the app verifies Upstash-Signature: the "
+    "token's `sub` is the exact URL called (scheme, host, path and query: pass that URL to "
+    "Receiver.verify), it is signed with QSTASH_CURRENT_SIGNING_KEY as the fake reads it, and "
+    "its iat/exp follow qstash.now (the app's clock too, unless freeze_time=False)."
+)
 
 
 def _message_line(message: Message) -> str:
