@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 
 import pytest
+from apps import WebApp
 from qstash import AsyncQStash, QStash
+from reliability_apps import BASE, make_app
+
+from pytest_qstash import FakeQStash
 
 pytest_plugins = ["pytester"]
 
@@ -26,3 +30,11 @@ def client() -> QStash:
 @pytest.fixture(scope="session")
 def aclient() -> AsyncQStash:
     return AsyncQStash(os.environ["QSTASH_TOKEN"], retry=False)
+
+
+@pytest.fixture
+def shop(qstash: FakeQStash) -> WebApp:
+    """The reliability tests' FastAPI app (``reliability_apps.make_app``), mounted at BASE."""
+    app = make_app()
+    qstash.mount(BASE, app.app)
+    return app

@@ -1,9 +1,8 @@
 """Apps that fail the way real apps fail, for the retry / DLQ / callback / cancel tests.
 
-``make_app()`` builds a FastAPI app and ``make_flask_app()`` a Flask one with the same routes.
-Every route verifies ``Upstash-Signature`` with the real ``qstash.Receiver`` against the URL it
-was called at (a wrong ``sub`` or body hash answers 401 and is recorded as a signature error),
-then records the call in ``app.hits``:
+``make_app()`` builds a FastAPI app and ``make_flask_app()`` a Flask one with the same routes
+but /plain-489 and /throttled. Each is a ``WebApp`` (see ``apps.py``) whose every route verifies
+the signature, then records the call in its ``Inbox`` (``app.hits`` for short). Routes:
 
     /ok                  200 "ok" (any method)
     /http-500            the framework's 500 (FastAPI HTTPException / Flask abort)
@@ -19,134 +18,40 @@ then records the call in ``app.hits``:
 
 from __future__ import annotations
 
-import functools
 import itertools
-import json
 import math
-import os
-from collections import Counter
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 import flask
+from apps import (
+    METHODS,
+    Inbox,
+    WebApp,
+    add_failing_flask_routes,
+    asgi_verifier,
+    async_client,
+    failing_asgi_routes,
+    flask_verifier,
+    sync_client,
+)
 from fastapi import FastAPI, HTTPException, Request, Response
-from qstash import AsyncQStash, QStash, Receiver
-from qstash.errors import SignatureError
+from qstash import AsyncQStash, QStash
 
 BASE = "https://shop.example.com"
 HOOKS = "https://hooks.example.com"  # where callbacks are sent
-NON_RETRYABLE = {"Upstash-NonRetryable-Error": "true"}
-METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 
-@dataclass
-class Hit:
-    route: str
-    method: str
-    url: str
-    headers: dict[str, str]
-    body: str
-    #: The app's own clock while handling the request (the fake moves it).
-    now: datetime
-
-    @property
-    def retried(self) -> int:
-        return int(self.headers["upstash-retried"])
-
-    @property
-    def message_id(self) -> str:
-        return self.headers["upstash-message-id"]
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-@dataclass
-class Recorder:
-    hits: list[Hit] = field(default_factory=list)
-    signature_errors: list[str] = field(default_factory=list)
-    calls: Counter[str] = field(default_factory=Counter)
-
-    def record(self, route: str, method: str, url: str, headers: Any, body: str) -> bool:
-        receiver = Receiver(
-            os.environ["QSTASH_CURRENT_SIGNING_KEY"], os.environ["QSTASH_NEXT_SIGNING_KEY"]
-        )
-        try:
-            receiver.verify(signature=headers.get("upstash-signature", ""), body=body, url=url)
-        except SignatureError as exc:
-            self.signature_errors.append(f"{url}: {exc}")
-            return False
-        lowered = {k.lower(): v for k, v in headers.items()}
-        self.hits.append(Hit(route, method, url, lowered, body, datetime.now(timezone.utc)))
-        return True
-
-    def count_call(self, url: str) -> int:
-        """How many times this exact URL has now been called (1 = first): an endpoint that
-        is down for a while, whichever message calls it."""
-        self.calls[url] += 1
-        return self.calls[url]
-
-    def routes(self) -> list[str]:
-        return [hit.route for hit in self.hits]
-
-    def on(self, route: str) -> list[Hit]:
-        return [hit for hit in self.hits if hit.route == route]
-
-
-@dataclass
-class App:
-    app: Any
-    recorder: Recorder
-
-    @property
-    def hits(self) -> list[Hit]:
-        return self.recorder.hits
-
-    def on(self, route: str) -> list[Hit]:
-        return self.recorder.on(route)
-
-
-@functools.cache
-def _async_client() -> AsyncQStash:
-    return AsyncQStash(os.environ["QSTASH_TOKEN"], retry=False)
-
-
-@functools.cache
-def _sync_client() -> QStash:
-    return QStash(os.environ["QSTASH_TOKEN"], retry=False)
-
-
-def make_app() -> App:
+def make_app() -> WebApp:
     """The FastAPI flavour (ASGI)."""
-    app = FastAPI()
-    recorder = Recorder()
-
-    async def verified(route: str, request: Request) -> str:
-        body = (await request.body()).decode()
-        if not recorder.record(route, request.method, str(request.url), request.headers, body):
-            raise HTTPException(401, "invalid signature")
-        return body
+    inbox = Inbox()
+    verified = asgi_verifier(inbox)
+    app = FastAPI(routes=failing_asgi_routes(verified))
 
     @app.api_route("/ok", methods=METHODS)
     async def ok(request: Request) -> Response:
         await verified("ok", request)
         return Response("ok")
-
-    @app.api_route("/http-500", methods=METHODS)
-    async def http_500(request: Request) -> Response:
-        await verified("http-500", request)
-        raise HTTPException(500, "database unavailable")
-
-    @app.post("/crash")
-    async def crash(request: Request) -> Response:
-        await verified("crash", request)
-        raise RuntimeError("handler bug")
-
-    @app.post("/reject")
-    async def reject(request: Request) -> Response:
-        await verified("reject", request)
-        return Response("bad payload", status_code=489, headers=NON_RETRYABLE)
 
     @app.post("/plain-489")
     async def plain_489(request: Request) -> Response:
@@ -156,7 +61,7 @@ def make_app() -> App:
     @app.post("/flaky")
     async def flaky(request: Request, fail: int) -> Response:
         await verified("flaky", request)
-        if recorder.count_call(str(request.url)) <= fail:
+        if inbox.count_call(str(request.url)) <= fail:
             return Response("not yet", status_code=503)
         return Response("done")
 
@@ -165,78 +70,54 @@ def make_app() -> App:
         request: Request, fail: int, retry_after: str, header: str = "Retry-After"
     ) -> Response:
         await verified("throttled", request)
-        if recorder.count_call(str(request.url)) <= fail:
+        if inbox.count_call(str(request.url)) <= fail:
             return Response("slow down", status_code=429, headers={header: retry_after})
         return Response("done")
 
     @app.post("/cancel-self")
     async def cancel_self(request: Request) -> Response:
         await verified("cancel-self", request)
-        await _async_client().message.cancel(request.headers["upstash-message-id"])
+        await async_client().message.cancel(request.headers["upstash-message-id"])
         return Response("cancelled myself", status_code=500)
 
-    return App(app, recorder)
+    return WebApp(app, inbox)
 
 
-def make_flask_app() -> App:
+def make_flask_app() -> WebApp:
     """The Flask flavour (WSGI), for the routes the retry tests run on both kinds."""
     app = flask.Flask(__name__)
     app.config["PROPAGATE_EXCEPTIONS"] = True  # an unhandled error reaches the server
-    recorder = Recorder()
-
-    def verified(route: str) -> str:
-        req = flask.request
-        body = req.get_data(as_text=True)
-        if not recorder.record(route, req.method, req.url, req.headers, body):
-            flask.abort(401)
-        return body
+    inbox = Inbox()
+    verified = flask_verifier(inbox)
+    add_failing_flask_routes(app, verified)
 
     @app.route("/ok", methods=METHODS)
     def ok() -> flask.Response:
         verified("ok")
         return flask.Response("ok")
 
-    @app.route("/http-500", methods=METHODS)
-    def http_500() -> flask.Response:
-        verified("http-500")
-        flask.abort(500)
-
-    @app.post("/crash")
-    def crash() -> flask.Response:
-        verified("crash")
-        raise RuntimeError("handler bug")
-
-    @app.post("/reject")
-    def reject() -> flask.Response:
-        verified("reject")
-        return flask.Response("bad payload", status=489, headers=NON_RETRYABLE)
-
     @app.post("/flaky")
     def flaky() -> flask.Response:
         verified("flaky")
-        if recorder.count_call(flask.request.url) <= int(flask.request.args["fail"]):
+        if inbox.count_call(flask.request.url) <= int(flask.request.args["fail"]):
             return flask.Response("not yet", status=503)
         return flask.Response("done")
 
     @app.post("/cancel-self")
     def cancel_self() -> flask.Response:
         verified("cancel-self")
-        _sync_client().message.cancel(flask.request.headers["upstash-message-id"])
+        sync_client().message.cancel(flask.request.headers["upstash-message-id"])
         return flask.Response("cancelled myself", status=500)
 
-    return App(app, recorder)
+    return WebApp(app, inbox)
 
 
-def make_hooks_app() -> App:
+def make_hooks_app() -> WebApp:
     """Where callbacks and failure callbacks land: /callback and /failure answer 200,
     /broken answers 500, all record (and verify) what they receive."""
     app = FastAPI()
-    recorder = Recorder()
-
-    async def verified(route: str, request: Request) -> None:
-        body = (await request.body()).decode()
-        if not recorder.record(route, request.method, str(request.url), request.headers, body):
-            raise HTTPException(401, "invalid signature")
+    inbox = Inbox()
+    verified = asgi_verifier(inbox)
 
     @app.api_route("/callback", methods=METHODS)
     async def callback(request: Request) -> Response:
@@ -253,7 +134,7 @@ def make_hooks_app() -> App:
         await verified("broken", request)
         raise HTTPException(500, "callback handler down")
 
-    return App(app, recorder)
+    return WebApp(app, inbox)
 
 
 # -- helpers shared by the reliability tests ---------------------------------------------------

@@ -12,11 +12,11 @@ import httpx
 import jwt
 import pytest
 import respx
+from apps import WebApp
 from qstash import AsyncQStash, QStash
 from reliability_apps import (
     BASE,
     HOOKS,
-    App,
     apublish,
     backoff_ms,
     gaps_ms,
@@ -30,14 +30,7 @@ from pytest_qstash import FakeQStash
 
 
 @pytest.fixture
-def shop(qstash: FakeQStash) -> App:
-    app = make_app()
-    qstash.mount(BASE, app.app)
-    return app
-
-
-@pytest.fixture
-def hooks(qstash: FakeQStash) -> App:
+def hooks(qstash: FakeQStash) -> WebApp:
     app = make_hooks_app()
     qstash.mount(HOOKS, app.app)
     return app
@@ -53,7 +46,7 @@ def ms(qstash: FakeQStash) -> int:
 
 # -- the callback body -----------------------------------------------------------------------
 def test_callback_after_every_attempt_carries_the_documented_fields(
-    qstash: FakeQStash, client: QStash, shop: App, hooks: App
+    qstash: FakeQStash, client: QStash, shop: WebApp, hooks: WebApp
 ) -> None:
     created_ms = ms(qstash)
     message_id = publish(
@@ -70,7 +63,7 @@ def test_callback_after_every_attempt_carries_the_documented_fields(
 
     callbacks = hooks.on("callback")
     assert len(callbacks) == 3  # one per attempt: 1 + 2 retries
-    assert hooks.recorder.signature_errors == []
+    assert hooks.inbox.signature_errors == []
     attempts = [d for d in qstash.deliveries if d.message_id == message_id]
     # Each callback is published when its attempt ends, and delivered at once.
     assert [hit.now for hit in callbacks] == [a.at for a in attempts]
@@ -103,7 +96,7 @@ def test_callback_after_every_attempt_carries_the_documented_fields(
 
 
 def test_callback_on_success_reports_the_answer(
-    qstash: FakeQStash, client: QStash, shop: App, hooks: App
+    qstash: FakeQStash, client: QStash, shop: WebApp, hooks: WebApp
 ) -> None:
     publish(
         client,
@@ -122,7 +115,7 @@ def test_callback_on_success_reports_the_answer(
 
 
 def test_callbacks_are_messages_of_their_own(
-    qstash: FakeQStash, client: QStash, shop: App, hooks: App
+    qstash: FakeQStash, client: QStash, shop: WebApp, hooks: WebApp
 ) -> None:
     message_id = publish(client, f"{BASE}/ok", callback=f"{HOOKS}/callback")
 
@@ -142,7 +135,7 @@ def test_callbacks_are_messages_of_their_own(
 
 # -- failure callbacks -----------------------------------------------------------------------
 def test_failure_callback_once_after_the_last_attempt_with_the_dlq_id(
-    qstash: FakeQStash, client: QStash, shop: App, hooks: App
+    qstash: FakeQStash, client: QStash, shop: WebApp, hooks: WebApp
 ) -> None:
     message_id = publish(
         client, f"{BASE}/http-500", "lost order", retries=2, failure_callback=f"{HOOKS}/failure"
@@ -151,7 +144,7 @@ def test_failure_callback_once_after_the_last_attempt_with_the_dlq_id(
     qstash.advance("1h")
 
     [failure] = hooks.on("failure")
-    assert hooks.recorder.signature_errors == []
+    assert hooks.inbox.signature_errors == []
     last_attempt = qstash.messages[0].deliveries[-1]
     assert failure.now == last_attempt.at
     payload = failure.json()
@@ -167,7 +160,7 @@ def test_failure_callback_once_after_the_last_attempt_with_the_dlq_id(
 
 
 def test_failure_callback_fires_on_a_non_retryable_answer(
-    qstash: FakeQStash, client: QStash, shop: App, hooks: App
+    qstash: FakeQStash, client: QStash, shop: WebApp, hooks: WebApp
 ) -> None:
     publish(client, f"{BASE}/reject", retries=5, failure_callback=f"{HOOKS}/failure")
 
@@ -181,7 +174,7 @@ def test_failure_callback_fires_on_a_non_retryable_answer(
 
 
 def test_failure_callback_options(
-    qstash: FakeQStash, client: QStash, shop: App, hooks: App
+    qstash: FakeQStash, client: QStash, shop: WebApp, hooks: WebApp
 ) -> None:
     publish(
         client,
@@ -203,7 +196,7 @@ def test_failure_callback_options(
 
 # -- callback options ------------------------------------------------------------------------
 def test_callback_method_forwarded_headers_and_the_sdk_prefix(
-    qstash: FakeQStash, client: QStash, shop: App, hooks: App
+    qstash: FakeQStash, client: QStash, shop: WebApp, hooks: WebApp
 ) -> None:
     message_id = publish(
         client,
@@ -228,7 +221,7 @@ def test_callback_method_forwarded_headers_and_the_sdk_prefix(
     }
 
 
-def test_callback_delay(qstash: FakeQStash, client: QStash, shop: App, hooks: App) -> None:
+def test_callback_delay(qstash: FakeQStash, client: QStash, shop: WebApp, hooks: WebApp) -> None:
     publish(client, f"{BASE}/ok", callback=f"{HOOKS}/callback", callback_headers={"Delay": "30s"})
 
     [delivered] = qstash.tick()
@@ -240,7 +233,7 @@ def test_callback_delay(qstash: FakeQStash, client: QStash, shop: App, hooks: Ap
 
 
 def test_failing_callback_is_retried_with_its_own_options(
-    qstash: FakeQStash, client: QStash, shop: App, hooks: App
+    qstash: FakeQStash, client: QStash, shop: WebApp, hooks: WebApp
 ) -> None:
     publish(
         client,
@@ -260,7 +253,7 @@ def test_failing_callback_is_retried_with_its_own_options(
 
 
 def test_callback_retries_default_to_the_source_message_retries(
-    qstash: FakeQStash, client: QStash, shop: App, hooks: App
+    qstash: FakeQStash, client: QStash, shop: WebApp, hooks: WebApp
 ) -> None:
     publish(client, f"{BASE}/ok", retries=2, callback=f"{HOOKS}/broken")
 
@@ -272,7 +265,7 @@ def test_callback_retries_default_to_the_source_message_retries(
 
 
 def test_url_group_callbacks_name_the_group_and_endpoint(
-    qstash: FakeQStash, client: QStash, shop: App, hooks: App
+    qstash: FakeQStash, client: QStash, shop: WebApp, hooks: WebApp
 ) -> None:
     client.url_group.upsert_endpoints(
         url_group="fanout",
@@ -297,7 +290,7 @@ def test_url_group_callbacks_name_the_group_and_endpoint(
 
 # -- not for cancelled messages --------------------------------------------------------------
 def test_no_callbacks_for_a_cancelled_message(
-    qstash: FakeQStash, client: QStash, shop: App, hooks: App
+    qstash: FakeQStash, client: QStash, shop: WebApp, hooks: WebApp
 ) -> None:
     message_id = publish(
         client,
@@ -317,9 +310,9 @@ def test_no_callbacks_for_a_cancelled_message(
 
 @pytest.mark.parametrize("make", [make_app, make_flask_app], ids=["asgi", "wsgi"])
 def test_message_cancelled_during_its_own_attempt_gets_no_callback_or_retry(
-    qstash: FakeQStash, client: QStash, hooks: App, make: Any
+    qstash: FakeQStash, client: QStash, hooks: WebApp, make: Any
 ) -> None:
-    app: App = make()
+    app: WebApp = make()
     qstash.mount(BASE, app.app)
     publish(
         client,
@@ -347,7 +340,7 @@ def test_message_cancelled_during_its_own_attempt_gets_no_callback_or_retry(
 # -- async -----------------------------------------------------------------------------------
 @pytest.mark.asyncio
 async def test_async_callbacks_and_failure_callback(
-    qstash: FakeQStash, aclient: AsyncQStash, shop: App, hooks: App
+    qstash: FakeQStash, aclient: AsyncQStash, shop: WebApp, hooks: WebApp
 ) -> None:
     message_id = await apublish(
         aclient,
@@ -367,11 +360,11 @@ async def test_async_callbacks_and_failure_callback(
     assert failure.json()["sourceMessageId"] == message_id
     assert failure.json()["dlqId"] == qstash.dlq[0].dlq_id
     assert failure.headers["x-alert"] == "pager"
-    assert hooks.recorder.signature_errors == []
+    assert hooks.inbox.signature_errors == []
 
 
 def test_callback_for_an_unreachable_destination_reports_status_0(
-    qstash: FakeQStash, client: QStash, hooks: App
+    qstash: FakeQStash, client: QStash, hooks: WebApp
 ) -> None:
     with respx.mock(assert_all_called=False) as user_routes:
         user_routes.post("https://down.example.com/hook").mock(

@@ -7,19 +7,13 @@ from datetime import timedelta
 
 import httpx
 import pytest
+from apps import WebApp
 from qstash import AsyncQStash, QStash
 from qstash.errors import QStashError
 from qstash.message import PublishResponse
-from reliability_apps import BASE, App, apublish, make_app, publish
+from reliability_apps import BASE, apublish, make_app, publish
 
 from pytest_qstash import FakeQStash
-
-
-@pytest.fixture
-def shop(qstash: FakeQStash) -> App:
-    app = make_app()
-    qstash.mount(BASE, app.app)
-    return app
 
 
 def publish_response(client: QStash, url: str, body: str, **options: object) -> PublishResponse:
@@ -30,7 +24,7 @@ def publish_response(client: QStash, url: str, body: str, **options: object) -> 
 
 # -- deduplication ---------------------------------------------------------------------------
 def test_same_deduplication_id_gives_the_original_message(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     first = publish_response(client, f"{BASE}/ok", "a", deduplication_id="order-1")
     again = publish_response(client, f"{BASE}/ok", "a different body", deduplication_id="order-1")
@@ -63,7 +57,7 @@ def test_deduplicated_publish_answers_202(qstash: FakeQStash) -> None:
     assert second.json() == {"messageId": first.json()["messageId"], "deduplicated": True}
 
 
-def test_content_based_deduplication(qstash: FakeQStash, client: QStash, shop: App) -> None:
+def test_content_based_deduplication(qstash: FakeQStash, client: QStash, shop: WebApp) -> None:
     original = publish_response(client, f"{BASE}/ok", "same", content_based_deduplication=True)
     duplicate = publish_response(client, f"{BASE}/ok", "same", content_based_deduplication=True)
     other_body = publish_response(client, f"{BASE}/ok", "diff", content_based_deduplication=True)
@@ -86,7 +80,7 @@ def test_content_based_deduplication(qstash: FakeQStash, client: QStash, shop: A
 
 
 def test_dedup_window_is_ten_minutes_by_default(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     first = publish(client, f"{BASE}/ok", deduplication_id="k")
     qstash.advance(timedelta(minutes=10) - timedelta(milliseconds=1))
@@ -104,7 +98,7 @@ def test_dedup_window_is_ten_minutes_by_default(
 
 @pytest.mark.qstash(dedup_window="1m")
 def test_dedup_window_is_configurable_with_the_marker(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     first = publish(client, f"{BASE}/ok", deduplication_id="k")
     qstash.advance("59s")
@@ -124,7 +118,7 @@ def test_dedup_window_is_configurable_on_the_fake(client: QStash) -> None:
 
 
 def test_dedup_applies_per_endpoint_of_a_url_group_and_per_batch_item(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     client.url_group.upsert_endpoints(
         url_group="fanout", endpoints=[{"url": f"{BASE}/ok?a"}, {"url": f"{BASE}/ok?b"}]
@@ -148,7 +142,7 @@ def test_dedup_applies_per_endpoint_of_a_url_group_and_per_batch_item(
 
 
 @pytest.mark.asyncio
-async def test_async_deduplication(qstash: FakeQStash, aclient: AsyncQStash, shop: App) -> None:
+async def test_async_deduplication(qstash: FakeQStash, aclient: AsyncQStash, shop: WebApp) -> None:
     first = await aclient.message.publish(url=f"{BASE}/ok", body="a", deduplication_id="x")
     second = await aclient.message.publish(url=f"{BASE}/ok", body="a", deduplication_id="x")
 
@@ -165,7 +159,7 @@ async def test_async_deduplication(qstash: FakeQStash, aclient: AsyncQStash, sho
 
 # -- cancel ----------------------------------------------------------------------------------
 def test_cancel_one_is_never_delivered_even_a_year_later(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     cancelled = publish(client, f"{BASE}/ok", "cancelled", delay="1h")
     kept = publish(client, f"{BASE}/ok", "kept", delay="1h")
@@ -184,7 +178,7 @@ def test_cancel_one_is_never_delivered_even_a_year_later(
 
 
 def test_cancel_unknown_or_finished_message_answers_404(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     delivered = publish(client, f"{BASE}/ok")
     qstash.tick()
@@ -200,7 +194,7 @@ def test_cancel_unknown_or_finished_message_answers_404(
 
 
 def test_cancel_stops_a_message_between_retries(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     message_id = publish(client, f"{BASE}/http-500", retries=3)
     qstash.tick()
@@ -214,7 +208,7 @@ def test_cancel_stops_a_message_between_retries(
     assert qstash.dlq == []
 
 
-def test_cancel_many_by_id(qstash: FakeQStash, client: QStash, shop: App) -> None:
+def test_cancel_many_by_id(qstash: FakeQStash, client: QStash, shop: WebApp) -> None:
     ids = [publish(client, f"{BASE}/ok", str(n), delay="1m") for n in range(4)]
 
     assert client.message.cancel_many([ids[0], ids[2], "msg_unknown"]) == 2
@@ -225,7 +219,7 @@ def test_cancel_many_by_id(qstash: FakeQStash, client: QStash, shop: App) -> Non
 
 
 def test_cancel_all_cancels_only_what_is_pending(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     publish(client, f"{BASE}/ok", "already delivered")
     qstash.tick()
@@ -242,7 +236,7 @@ def test_cancel_all_cancels_only_what_is_pending(
 
 
 def test_cancel_many_with_an_empty_list_cancels_everything(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     # The SDK sends {"messageIds": []}, which QStash reads as "no filter": everything.
     for n in range(3):
@@ -256,7 +250,7 @@ def test_cancel_many_with_an_empty_list_cancels_everything(
 
 @pytest.mark.asyncio
 async def test_async_cancel_one_many_all(
-    qstash: FakeQStash, aclient: AsyncQStash, shop: App
+    qstash: FakeQStash, aclient: AsyncQStash, shop: WebApp
 ) -> None:
     ids = [await apublish(aclient, f"{BASE}/ok", str(n), delay="10m") for n in range(5)]
 

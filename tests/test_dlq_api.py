@@ -7,20 +7,14 @@ from typing import Any
 
 import httpx
 import pytest
+from apps import WebApp
 from qstash import AsyncQStash, QStash
 from qstash.errors import QStashError
-from reliability_apps import BASE, App, apublish, gaps_ms, make_app, publish
+from reliability_apps import BASE, apublish, gaps_ms, publish
 
 from pytest_qstash import DlqEntry, FakeQStash
 
 API = "https://qstash.upstash.io"
-
-
-@pytest.fixture
-def shop(qstash: FakeQStash) -> App:
-    app = make_app()
-    qstash.mount(BASE, app.app)
-    return app
 
 
 def raw(qstash: FakeQStash, method: str, path: str, **kwargs: Any) -> httpx.Response:
@@ -38,7 +32,7 @@ def dead_letters(qstash: FakeQStash, client: QStash, *urls: str, **options: Any)
 
 # -- what lands in the DLQ -------------------------------------------------------------------
 def test_dlq_entry_keeps_the_message_and_the_last_response(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     message_id = publish(
         client,
@@ -81,7 +75,7 @@ def test_dlq_entry_keeps_the_message_and_the_last_response(
 
 
 def test_delivered_and_cancelled_messages_never_reach_the_dlq(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     publish(client, f"{BASE}/ok")
     publish(client, f"{BASE}/flaky?fail=1")
@@ -94,7 +88,7 @@ def test_delivered_and_cancelled_messages_never_reach_the_dlq(
     assert client.dlq.list().messages == []
 
 
-def test_dlq_ids_look_like_qstash_ones(qstash: FakeQStash, client: QStash, shop: App) -> None:
+def test_dlq_ids_look_like_qstash_ones(qstash: FakeQStash, client: QStash, shop: WebApp) -> None:
     [dlq_id] = dead_letters(qstash, client, f"{BASE}/http-500")
 
     ms, _, seq = dlq_id.partition("-")
@@ -105,7 +99,7 @@ def test_dlq_ids_look_like_qstash_ones(qstash: FakeQStash, client: QStash, shop:
 
 # -- list ------------------------------------------------------------------------------------
 def test_list_is_newest_first_and_filters_like_the_sdk_sends(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     publish(client, f"{BASE}/http-500", "a", retries=0, label="red")
     qstash.advance("1s")
@@ -132,7 +126,9 @@ def test_list_is_newest_first_and_filters_like_the_sdk_sends(
     assert listed(caller_ip="10.0.0.1") == []
 
 
-def test_list_filters_by_url_group_and_queue(qstash: FakeQStash, client: QStash, shop: App) -> None:
+def test_list_filters_by_url_group_and_queue(
+    qstash: FakeQStash, client: QStash, shop: WebApp
+) -> None:
     client.url_group.upsert_endpoints(
         url_group="fanout", endpoints=[{"url": f"{BASE}/http-500?a"}, {"url": f"{BASE}/reject"}]
     )
@@ -155,7 +151,7 @@ def test_list_filters_by_url_group_and_queue(qstash: FakeQStash, client: QStash,
 
 
 def test_list_pages_by_100_and_omits_the_cursor_on_the_last_page(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     client.message.batch(
         [{"url": f"{BASE}/http-500", "body": str(n), "retries": 0} for n in range(105)]
@@ -177,7 +173,7 @@ def test_list_pages_by_100_and_omits_the_cursor_on_the_last_page(
     assert len(small.messages) == 7
 
 
-def test_list_earliest_first_on_request(qstash: FakeQStash, client: QStash, shop: App) -> None:
+def test_list_earliest_first_on_request(qstash: FakeQStash, client: QStash, shop: WebApp) -> None:
     ids = dead_letters(qstash, client, f"{BASE}/http-500?1", f"{BASE}/http-500?2")
 
     newest = raw(qstash, "GET", "/v2/dlq").json()["messages"]
@@ -188,7 +184,9 @@ def test_list_earliest_first_on_request(qstash: FakeQStash, client: QStash, shop
 
 
 @pytest.mark.asyncio
-async def test_async_list_get_delete(qstash: FakeQStash, aclient: AsyncQStash, shop: App) -> None:
+async def test_async_list_get_delete(
+    qstash: FakeQStash, aclient: AsyncQStash, shop: WebApp
+) -> None:
     await apublish(aclient, f"{BASE}/http-500", "one", retries=0)
     await apublish(aclient, f"{BASE}/http-500", "two", retries=0)
     await qstash.atick()
@@ -213,7 +211,7 @@ def test_get_and_delete_unknown_ids_answer_404(qstash: FakeQStash, client: QStas
         client.dlq.delete("1700000000000-0")
 
 
-def test_delete_removes_the_entry_once(qstash: FakeQStash, client: QStash, shop: App) -> None:
+def test_delete_removes_the_entry_once(qstash: FakeQStash, client: QStash, shop: WebApp) -> None:
     [dlq_id] = dead_letters(qstash, client, f"{BASE}/http-500")
 
     client.dlq.delete(dlq_id)
@@ -227,7 +225,9 @@ def test_delete_removes_the_entry_once(qstash: FakeQStash, client: QStash, shop:
     assert qstash.messages[0].state == "FAILED"
 
 
-def test_delete_many_counts_what_it_deleted(qstash: FakeQStash, client: QStash, shop: App) -> None:
+def test_delete_many_counts_what_it_deleted(
+    qstash: FakeQStash, client: QStash, shop: WebApp
+) -> None:
     ids = dead_letters(qstash, client, *(f"{BASE}/http-500?{n}" for n in range(4)))
 
     assert client.dlq.delete_many([ids[0], ids[2], "0-0"]) == 2
@@ -237,7 +237,9 @@ def test_delete_many_counts_what_it_deleted(qstash: FakeQStash, client: QStash, 
     assert len(qstash.dlq) == 2
 
 
-def test_delete_many_with_query_parameters(qstash: FakeQStash, client: QStash, shop: App) -> None:
+def test_delete_many_with_query_parameters(
+    qstash: FakeQStash, client: QStash, shop: WebApp
+) -> None:
     ids = dead_letters(qstash, client, *(f"{BASE}/http-500?{n}" for n in range(4)))
 
     by_ids = raw(qstash, "DELETE", "/v2/dlq", params={"dlqIds": [ids[0], ids[1]]})
@@ -251,7 +253,7 @@ def test_delete_many_with_query_parameters(qstash: FakeQStash, client: QStash, s
 
 # -- retry -----------------------------------------------------------------------------------
 def test_retry_republishes_with_a_new_id_and_removes_the_entry(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     failed_id = publish(
         client, f"{BASE}/flaky?fail=1", "try again", retries=0, headers={"X-Tenant": "acme"}
@@ -270,13 +272,13 @@ def test_retry_republishes_with_a_new_id_and_removes_the_entry(
     assert delivery.status == 200  # the endpoint has recovered since
     retried = shop.hits[-1]
     assert (retried.body, retried.headers["x-tenant"], retried.retried) == ("try again", "acme", 0)
-    assert shop.recorder.signature_errors == []
+    assert shop.inbox.signature_errors == []
     new = next(m for m in qstash.messages if m.message_id == new_id)
     assert (new.state, new.max_retries) == ("DELIVERED", 0)
 
 
 def test_retry_headers_override_the_stored_options(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     publish(client, f"{BASE}/http-500", "x", retries=0, headers={"X-Tenant": "acme"})
     qstash.tick()
@@ -303,7 +305,7 @@ def test_retry_headers_override_the_stored_options(
 
 
 def test_retry_with_a_bad_override_keeps_the_entry(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     [dlq_id] = dead_letters(qstash, client, f"{BASE}/http-500")
 
@@ -321,7 +323,7 @@ def test_retry_unknown_id_answers_404(qstash: FakeQStash) -> None:
     assert "1700000000000-0" in response.json()["error"]
 
 
-def test_bulk_retry_by_ids_and_by_filter(qstash: FakeQStash, client: QStash, shop: App) -> None:
+def test_bulk_retry_by_ids_and_by_filter(qstash: FakeQStash, client: QStash, shop: WebApp) -> None:
     ids = dead_letters(qstash, client, *(f"{BASE}/flaky?fail=1&n={n}" for n in range(3)))
     publish(client, f"{BASE}/reject", "stays", retries=0)
     qstash.tick()
@@ -343,7 +345,7 @@ def test_bulk_retry_by_ids_and_by_filter(qstash: FakeQStash, client: QStash, sho
 
 @pytest.mark.asyncio
 async def test_async_retry_then_fail_again_makes_a_new_entry(
-    qstash: FakeQStash, aclient: AsyncQStash, shop: App
+    qstash: FakeQStash, aclient: AsyncQStash, shop: WebApp
 ) -> None:
     await apublish(aclient, f"{BASE}/reject", "refused twice", retries=3)
     await qstash.atick()

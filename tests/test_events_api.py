@@ -9,16 +9,15 @@ from typing import Any
 
 import httpx
 import pytest
+from apps import WebApp
 from qstash import AsyncQStash, QStash
 from qstash.errors import QStashError
 from qstash.log import LogState
 from reliability_apps import (
     BASE,
     HOOKS,
-    App,
     apublish,
     backoff_ms,
-    make_app,
     make_hooks_app,
     publish,
 )
@@ -26,13 +25,6 @@ from reliability_apps import (
 from pytest_qstash import Event, FakeQStash
 
 API = "https://qstash.upstash.io"
-
-
-@pytest.fixture
-def shop(qstash: FakeQStash) -> App:
-    app = make_app()
-    qstash.mount(BASE, app.app)
-    return app
 
 
 def raw_get(qstash: FakeQStash, path: str, **params: Any) -> httpx.Response:
@@ -59,7 +51,7 @@ def all_logs(client: QStash, **kwargs: Any) -> list[Any]:
 
 # -- the sequences ---------------------------------------------------------------------------
 def test_delivered_message_logs_created_active_delivered_with_times(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     published_at = qstash.now
     message_id = publish(client, f"{BASE}/ok", delay="30s")
@@ -85,7 +77,7 @@ def test_delivered_message_logs_created_active_delivered_with_times(
 
 
 def test_failed_message_logs_error_retry_then_failed(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     start = qstash.now
     message_id = publish(client, f"{BASE}/http-500", retries=2)
@@ -112,7 +104,7 @@ def test_failed_message_logs_error_retry_then_failed(
 
 
 def test_cancelled_message_logs_cancel_requested_then_canceled(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     message_id = publish(client, f"{BASE}/ok", delay="1h")
     qstash.advance("10m")
@@ -134,7 +126,7 @@ def test_cancelled_message_logs_cancel_requested_then_canceled(
 
 @pytest.mark.asyncio
 async def test_async_log_list_reads_every_state_the_fake_emits(
-    qstash: FakeQStash, aclient: AsyncQStash, shop: App
+    qstash: FakeQStash, aclient: AsyncQStash, shop: WebApp
 ) -> None:
     await apublish(aclient, f"{BASE}/ok")
     await apublish(aclient, f"{BASE}/reject")
@@ -152,7 +144,7 @@ async def test_async_log_list_reads_every_state_the_fake_emits(
 
 # -- filters ---------------------------------------------------------------------------------
 def test_filters_by_message_ids_state_and_url(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     ok_id = publish(client, f"{BASE}/ok")
     failing_id = publish(client, f"{BASE}/http-500", retries=1)
@@ -180,7 +172,7 @@ def test_filters_by_message_ids_state_and_url(
 
 
 def test_from_and_to_are_inclusive_milliseconds(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     first = publish(client, f"{BASE}/ok")
     qstash.advance("1s")
@@ -199,7 +191,7 @@ def test_from_and_to_are_inclusive_milliseconds(
 
 
 def test_filters_by_label_url_group_queue_and_schedule(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     labelled = publish(client, f"{BASE}/ok", label="invoices")
     client.url_group.upsert_endpoints(
@@ -236,7 +228,7 @@ def test_bad_filters_answer_400(qstash: FakeQStash) -> None:
 
 
 def test_cancelled_spelling_of_the_docs_is_accepted(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     message_id = publish(client, f"{BASE}/ok", delay="1h")
     client.message.cancel(message_id)
@@ -248,7 +240,7 @@ def test_cancelled_spelling_of_the_docs_is_accepted(
 
 # -- paging ----------------------------------------------------------------------------------
 def test_cursor_pages_through_everything_newest_first(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     for n in range(5):
         publish(client, f"{BASE}/ok", f"m{n}")
@@ -266,7 +258,7 @@ def test_cursor_pages_through_everything_newest_first(
     assert [(log.message_id, log.state.value) for log in logs] == expected
 
 
-def test_last_page_has_no_cursor(qstash: FakeQStash, client: QStash, shop: App) -> None:
+def test_last_page_has_no_cursor(qstash: FakeQStash, client: QStash, shop: WebApp) -> None:
     publish(client, f"{BASE}/ok")
     qstash.tick()
 
@@ -277,7 +269,7 @@ def test_last_page_has_no_cursor(qstash: FakeQStash, client: QStash, shop: App) 
 
 
 def test_count_defaults_to_and_is_capped_at_1000(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     client.message.batch([{"url": f"{BASE}/ok", "body": str(n)} for n in range(1001)])
 
@@ -292,7 +284,7 @@ def test_count_defaults_to_and_is_capped_at_1000(
 
 
 @pytest.mark.asyncio
-async def test_async_paging(qstash: FakeQStash, aclient: AsyncQStash, shop: App) -> None:
+async def test_async_paging(qstash: FakeQStash, aclient: AsyncQStash, shop: WebApp) -> None:
     for n in range(3):
         await apublish(aclient, f"{BASE}/ok", f"m{n}")
     await qstash.atick()
@@ -311,7 +303,7 @@ async def test_async_paging(qstash: FakeQStash, aclient: AsyncQStash, shop: App)
 
 # -- entry JSON ------------------------------------------------------------------------------
 def test_log_entry_json_carries_message_and_response_fields(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     qstash.mount(HOOKS, make_hooks_app().app)
     message_id = publish(
@@ -364,7 +356,7 @@ def test_log_entry_json_carries_message_and_response_fields(
 
 
 def test_sync_log_list_prints_the_raw_response(
-    qstash: FakeQStash, client: QStash, shop: App, capsys: pytest.CaptureFixture[str]
+    qstash: FakeQStash, client: QStash, shop: WebApp, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The SDK's own quirk (a stray print) must not break anything.
     publish(client, f"{BASE}/ok")
@@ -381,7 +373,7 @@ def test_wrong_token_is_refused(qstash: FakeQStash) -> None:
 
 # -- qstash.events ---------------------------------------------------------------------------
 def test_event_objects_expose_what_the_log_lists(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     message_id = publish(client, f"{BASE}/throttled?fail=1&retry_after=5")
     qstash.advance("1m")

@@ -8,23 +8,17 @@ import os
 
 import httpx
 import pytest
+from apps import WebApp
 from fastapi import FastAPI, Request, Response
 from qstash import AsyncQStash, QStash
 from qstash.errors import DailyMessageLimitExceededError, QStashError, RateLimitExceededError
-from reliability_apps import BASE, App, apublish, backoff_ms, gaps_ms, make_app, publish
+from reliability_apps import BASE, apublish, backoff_ms, gaps_ms, publish
 
 from pytest_qstash import FakeQStash, Fault
 
 
-@pytest.fixture
-def shop(qstash: FakeQStash) -> App:
-    app = make_app()
-    qstash.mount(BASE, app.app)
-    return app
-
-
 # -- what the SDK sees -----------------------------------------------------------------------
-def test_burst_rate_limit(qstash: FakeQStash, client: QStash, shop: App) -> None:
+def test_burst_rate_limit(qstash: FakeQStash, client: QStash, shop: WebApp) -> None:
     fault = qstash.fail_next("publish", status=429)
 
     with pytest.raises(RateLimitExceededError) as caught:
@@ -45,7 +39,7 @@ def test_burst_rate_limit(qstash: FakeQStash, client: QStash, shop: App) -> None
 
 @pytest.mark.qstash(start="2026-01-01T15:30:00Z")
 def test_daily_message_limit_resets_at_midnight_utc(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     qstash.fail_next("publish", kind="daily")
 
@@ -58,7 +52,7 @@ def test_daily_message_limit_resets_at_midnight_utc(
 
 
 @pytest.mark.parametrize("status", [500, 503, 400])
-def test_error_status(qstash: FakeQStash, client: QStash, shop: App, status: int) -> None:
+def test_error_status(qstash: FakeQStash, client: QStash, shop: WebApp, status: int) -> None:
     qstash.fail_next("publish", status=status)
 
     with pytest.raises(QStashError, match=f"status: {status}") as caught:
@@ -86,7 +80,7 @@ def test_network_error_without_sdk_retries(qstash: FakeQStash, client: QStash) -
     assert len(fault.failed) == 1
 
 
-def test_sdk_retries_through_transient_network_errors(qstash: FakeQStash, shop: App) -> None:
+def test_sdk_retries_through_transient_network_errors(qstash: FakeQStash, shop: WebApp) -> None:
     # The SDK retries network errors itself; a zero backoff keeps the test from sleeping.
     patient = QStash(os.environ["QSTASH_TOKEN"], retry={"retries": 2, "backoff": lambda _: 0})
     fault = qstash.fail_next("publish", kind="network", times=2)
@@ -100,7 +94,7 @@ def test_sdk_retries_through_transient_network_errors(qstash: FakeQStash, shop: 
     assert [hit.body for hit in shop.hits] == ["made it"]
 
 
-def test_times_and_order(qstash: FakeQStash, client: QStash, shop: App) -> None:
+def test_times_and_order(qstash: FakeQStash, client: QStash, shop: WebApp) -> None:
     errors = qstash.fail_next("publish", status=503, times=2)
     daily = qstash.fail_next("publish", kind="daily")
 
@@ -124,7 +118,7 @@ def test_times_and_order(qstash: FakeQStash, client: QStash, shop: App) -> None:
     assert len(qstash.messages) == 1
 
 
-def test_clear_faults(qstash: FakeQStash, client: QStash, shop: App) -> None:
+def test_clear_faults(qstash: FakeQStash, client: QStash, shop: WebApp) -> None:
     fault = qstash.fail_next("any", times=5)
 
     qstash.clear_faults()
@@ -136,7 +130,7 @@ def test_clear_faults(qstash: FakeQStash, client: QStash, shop: App) -> None:
 
 # -- which calls fail ------------------------------------------------------------------------
 def test_endpoint_names_match_only_their_endpoint(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     qstash.fail_next("enqueue", status=500)
     qstash.fail_next("batch", status=502)
@@ -151,7 +145,7 @@ def test_endpoint_names_match_only_their_endpoint(
     assert sorted(m.body for m in qstash.messages) == ["enqueued again", "published"]
 
 
-def test_path_prefix_and_method(qstash: FakeQStash, client: QStash, shop: App) -> None:
+def test_path_prefix_and_method(qstash: FakeQStash, client: QStash, shop: WebApp) -> None:
     message_id = publish(client, f"{BASE}/ok", delay="1h")
     qstash.fail_next("DELETE /v2/messages", status=500)
     qstash.fail_next("/v2/dlq", status=503)
@@ -212,7 +206,7 @@ def test_bad_arguments_say_what_is_accepted(
 # -- async -----------------------------------------------------------------------------------
 @pytest.mark.asyncio
 async def test_async_rate_limits_and_network_errors(
-    qstash: FakeQStash, aclient: AsyncQStash, shop: App
+    qstash: FakeQStash, aclient: AsyncQStash, shop: WebApp
 ) -> None:
     qstash.fail_next("publish", kind="burst")
     qstash.fail_next("publish", kind="daily")
@@ -250,7 +244,7 @@ def make_relay() -> FastAPI:
 
 @pytest.mark.parametrize("kind", ["daily", "burst", "error"])
 def test_app_that_publishes_is_retried_when_qstash_refuses(
-    qstash: FakeQStash, client: QStash, shop: App, kind: str
+    qstash: FakeQStash, client: QStash, shop: WebApp, kind: str
 ) -> None:
     qstash.mount(f"{BASE}/relay", make_relay())
     publish(client, f"{BASE}/relay", "pass it on")

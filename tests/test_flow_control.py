@@ -21,11 +21,6 @@ def hits(qstash: FakeQStash) -> list[datetime]:
     return got
 
 
-@pytest.fixture
-def client() -> QStash:
-    return QStash(os.environ["QSTASH_TOKEN"])
-
-
 def publish(client: QStash, n: int, **flow: int | str) -> None:
     for i in range(n):
         client.message.publish(

@@ -38,11 +38,6 @@ def worker(qstash: FakeQStash) -> Worker:
     return worker
 
 
-@pytest.fixture
-def client() -> QStash:
-    return QStash(os.environ["QSTASH_TOKEN"])
-
-
 def test_enqueue_creates_the_queue_and_delivers_in_order(
     qstash: FakeQStash, worker: Worker, client: QStash
 ) -> None:

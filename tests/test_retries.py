@@ -12,11 +12,11 @@ from email.utils import format_datetime
 import httpx
 import pytest
 import respx
+from apps import WebApp
 from qstash import AsyncQStash, QStash
 from qstash.errors import QStashError
 from reliability_apps import (
     BASE,
-    App,
     apublish,
     backoff_ms,
     gaps_ms,
@@ -30,20 +30,13 @@ from pytest_qstash import FakeQStash
 DAY_MS = 86_400_000
 
 
-@pytest.fixture
-def shop(qstash: FakeQStash) -> App:
-    app = make_app()
-    qstash.mount(BASE, app.app)
-    return app
-
-
 def attempt_times(qstash: FakeQStash, message_id: str) -> list[datetime]:
     return [d.at for d in qstash.deliveries if d.message_id == message_id]
 
 
 # -- how many, and when ----------------------------------------------------------------------
 def test_http_500_is_retried_three_times_on_the_default_backoff(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     message_id = publish(client, f"{BASE}/http-500", "order 1")
 
@@ -55,7 +48,7 @@ def test_http_500_is_retried_three_times_on_the_default_backoff(
     # 12 s, 2 m 28 s, 30 m 8 s as the docs' table says
     assert [g // 1000 for g in gaps_ms([d.at for d in deliveries])] == [12, 148, 1808]
     assert [hit.retried for hit in shop.hits] == [0, 1, 2, 3]
-    assert shop.recorder.signature_errors == []
+    assert shop.inbox.signature_errors == []
     # The app saw the virtual time of each attempt on its own clock.
     assert [hit.now for hit in shop.hits] == [d.at for d in deliveries]
     [message] = qstash.messages
@@ -70,7 +63,7 @@ def test_http_500_is_retried_three_times_on_the_default_backoff(
 
 @pytest.mark.asyncio
 async def test_async_http_500_retries_on_the_default_backoff(
-    qstash: FakeQStash, aclient: AsyncQStash, shop: App
+    qstash: FakeQStash, aclient: AsyncQStash, shop: WebApp
 ) -> None:
     message_id = await apublish(aclient, f"{BASE}/http-500", "order 1")
 
@@ -89,7 +82,7 @@ async def test_async_http_500_retries_on_the_default_backoff(
 
 @pytest.mark.parametrize("retries", [0, 1, 5])
 def test_upstash_retries_counts_retries_after_the_first_attempt(
-    qstash: FakeQStash, client: QStash, shop: App, retries: int
+    qstash: FakeQStash, client: QStash, shop: WebApp, retries: int
 ) -> None:
     message_id = publish(client, f"{BASE}/http-500", retries=retries)
 
@@ -104,7 +97,7 @@ def test_upstash_retries_counts_retries_after_the_first_attempt(
 
 
 @pytest.mark.qstash(default_retries=1)
-def test_default_retries_is_configurable(qstash: FakeQStash, client: QStash, shop: App) -> None:
+def test_default_retries_is_configurable(qstash: FakeQStash, client: QStash, shop: WebApp) -> None:
     publish(client, f"{BASE}/http-500")
 
     qstash.advance("1d")
@@ -114,7 +107,7 @@ def test_default_retries_is_configurable(qstash: FakeQStash, client: QStash, sho
 
 
 def test_flaky_endpoint_is_delivered_once_it_recovers(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     message_id = publish(client, f"{BASE}/flaky?fail=2", "eventually")
 
@@ -140,14 +133,14 @@ def test_wsgi_app_retries_the_same_way(qstash: FakeQStash, client: QStash) -> No
     for delivery in qstash.deliveries:
         by_url[delivery.url].append(delivery.status)
     assert by_url == {f"{BASE}/flaky?fail=1": [503, 200], f"{BASE}/http-500": [500, 500]}
-    assert flask_app.recorder.signature_errors == []
+    assert flask_app.inbox.signature_errors == []
     assert [m.state for m in qstash.messages] == ["DELIVERED", "FAILED"]
 
 
 # -- an exception out of the handler ---------------------------------------------------------
 @pytest.mark.qstash(raise_app_exceptions=False)
 def test_crashing_handler_counts_as_a_500_and_is_retried(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     message_id = publish(client, f"{BASE}/crash", retries=2)
 
@@ -161,7 +154,7 @@ def test_crashing_handler_counts_as_a_500_and_is_retried(
 
 
 def test_crashing_handler_is_reraised_but_still_retried(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     publish(client, f"{BASE}/crash", retries=1)
 
@@ -178,7 +171,7 @@ def test_crashing_handler_is_reraised_but_still_retried(
 @pytest.mark.asyncio
 @pytest.mark.qstash(raise_app_exceptions=False)
 async def test_async_crashing_handler_is_retried(
-    qstash: FakeQStash, aclient: AsyncQStash, shop: App
+    qstash: FakeQStash, aclient: AsyncQStash, shop: WebApp
 ) -> None:
     await apublish(aclient, f"{BASE}/crash", retries=1)
 
@@ -190,7 +183,7 @@ async def test_async_crashing_handler_is_retried(
 
 # -- non-retryable ---------------------------------------------------------------------------
 def test_489_with_nonretryable_header_goes_to_the_dlq_at_once(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     message_id = publish(client, f"{BASE}/reject", "bad", retries=5)
 
@@ -214,7 +207,7 @@ def test_489_with_nonretryable_header_goes_to_the_dlq_at_once(
 
 @pytest.mark.asyncio
 async def test_async_489_without_the_header_is_an_ordinary_failure(
-    qstash: FakeQStash, aclient: AsyncQStash, shop: App
+    qstash: FakeQStash, aclient: AsyncQStash, shop: WebApp
 ) -> None:
     await apublish(aclient, f"{BASE}/plain-489", retries=2)
 
@@ -236,7 +229,7 @@ async def test_async_489_without_the_header_is_an_ordinary_failure(
     ],
 )
 def test_retry_delay_expression_sets_the_gaps(
-    qstash: FakeQStash, client: QStash, shop: App, expression: str, expected_gaps: list[int]
+    qstash: FakeQStash, client: QStash, shop: WebApp, expression: str, expected_gaps: list[int]
 ) -> None:
     message_id = publish(client, f"{BASE}/http-500", retry_delay=expression)
 
@@ -248,7 +241,7 @@ def test_retry_delay_expression_sets_the_gaps(
 
 @pytest.mark.asyncio
 async def test_async_retry_delay_expression(
-    qstash: FakeQStash, aclient: AsyncQStash, shop: App
+    qstash: FakeQStash, aclient: AsyncQStash, shop: WebApp
 ) -> None:
     message_id = await apublish(aclient, f"{BASE}/flaky?fail=3", retry_delay="500 * (retried + 1)")
 
@@ -313,7 +306,7 @@ async def test_async_invalid_callback_retry_delay_is_refused(
     ],
 )
 def test_retry_after_headers_on_the_answer_set_the_next_attempt(
-    qstash: FakeQStash, client: QStash, shop: App, header: str, value: str, gap_ms: int
+    qstash: FakeQStash, client: QStash, shop: WebApp, header: str, value: str, gap_ms: int
 ) -> None:
     url = f"{BASE}/throttled?fail=1&retry_after={value}&header={header}"
     # The response header wins over the message's own Upstash-Retry-Delay.
@@ -325,7 +318,7 @@ def test_retry_after_headers_on_the_answer_set_the_next_attempt(
     assert gaps_ms(attempt_times(qstash, message_id)) == [gap_ms]
 
 
-def test_retry_after_as_an_http_date(qstash: FakeQStash, client: QStash, shop: App) -> None:
+def test_retry_after_as_an_http_date(qstash: FakeQStash, client: QStash, shop: WebApp) -> None:
     when = format_datetime(qstash.now.replace(microsecond=0) + timedelta(minutes=5), usegmt=True)
     message_id = publish(client, f"{BASE}/throttled?fail=1&retry_after={when}")
 
@@ -336,7 +329,7 @@ def test_retry_after_as_an_http_date(qstash: FakeQStash, client: QStash, shop: A
 
 
 def test_retry_after_beyond_one_day_is_ignored(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     message_id = publish(client, f"{BASE}/throttled?fail=1&retry_after=86401")
 
@@ -346,7 +339,7 @@ def test_retry_after_beyond_one_day_is_ignored(
 
 
 @pytest.mark.asyncio
-async def test_async_retry_after(qstash: FakeQStash, aclient: AsyncQStash, shop: App) -> None:
+async def test_async_retry_after(qstash: FakeQStash, aclient: AsyncQStash, shop: WebApp) -> None:
     message_id = await apublish(aclient, f"{BASE}/throttled?fail=2&retry_after=7")
 
     await qstash.aadvance("1m")
@@ -357,13 +350,13 @@ async def test_async_retry_after(qstash: FakeQStash, aclient: AsyncQStash, shop:
 
 # -- what each attempt carries ---------------------------------------------------------------
 def test_each_attempt_is_signed_and_carries_upstash_retried(
-    qstash: FakeQStash, client: QStash, shop: App
+    qstash: FakeQStash, client: QStash, shop: WebApp
 ) -> None:
     message_id = publish(client, f"{BASE}/http-500?order=7", '{"order": 7}')
 
     qstash.advance("1d")
 
-    assert shop.recorder.signature_errors == []
+    assert shop.inbox.signature_errors == []
     assert [hit.headers["upstash-retried"] for hit in shop.hits] == ["0", "1", "2", "3"]
     assert {hit.message_id for hit in shop.hits} == {message_id}
     assert {hit.body for hit in shop.hits} == {'{"order": 7}'}

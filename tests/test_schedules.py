@@ -29,11 +29,6 @@ def make_app(received: list[tuple[datetime, str, dict[str, str]]]) -> Starlette:
 
 
 @pytest.fixture
-def client() -> QStash:
-    return QStash(os.environ["QSTASH_TOKEN"])
-
-
-@pytest.fixture
 def received(qstash: FakeQStash) -> list[tuple[datetime, str, dict[str, str]]]:
     got: list[tuple[datetime, str, dict[str, str]]] = []
     qstash.mount(BASE, make_app(got))
