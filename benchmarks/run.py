@@ -3,6 +3,8 @@
     python benchmarks/run.py            # full run: checks the budgets, exits 1 on a miss
     python benchmarks/run.py --smoke    # a few seconds: proves the benchmarks run, judges nothing
     python benchmarks/run.py --profile  # pyinstrument tree of publish_json + tick
+    python benchmarks/run.py --profile workflow  # ... of 50-step workflow runs
+    python benchmarks/run.py --only 5   # one budget's figures (repeatable)
 
 Machines are noisy, so no figure is judged on its own: each is timed side by side with what it
 is compared to, in alternating rounds of the same process; ratios are medians of the per-round
@@ -14,9 +16,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import gc
 import hashlib
 import importlib
+import importlib.metadata
+import itertools
 import json
 import os
 import platform
@@ -26,6 +31,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+import unittest.mock
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,10 +48,14 @@ import httpx  # noqa: E402
 import jwt  # noqa: E402
 import qstash  # noqa: E402
 import respx  # noqa: E402
+from fastapi import FastAPI  # noqa: E402
+from qstash import AsyncQStash  # noqa: E402
 from starlette.applications import Starlette  # noqa: E402
 from starlette.requests import Request  # noqa: E402
 from starlette.responses import PlainTextResponse, Response  # noqa: E402
 from starlette.routing import Route  # noqa: E402
+from upstash_workflow.asyncio.serve import authorization as sdk_authorization  # noqa: E402
+from upstash_workflow.fastapi import Serve  # noqa: E402
 
 from pytest_qstash import FakeQStash  # noqa: E402
 from pytest_qstash.appclock import make_app_clock  # noqa: E402
@@ -637,10 +647,12 @@ class ProtocolApp:
             "callBody": None,
             "callHeaders": None,
         }
-        batch = [{"destination": FLOW_URL, "headers": headers, "body": json.dumps(step)}]
+        batch = [
+            {"destination": FLOW_URL, "headers": headers, "body": json.dumps(step), "queue": None}
+        ]
         self.client.http.request(
             path="/v2/batch",
-            body=json.dumps([{**batch[0], "queue": None}]),
+            body=json.dumps(batch),
             headers={"Content-Type": "application/json"},
             method="POST",
         )
@@ -670,9 +682,6 @@ class PlainChainApp:
 def _sdk_workflow_app(steps: int) -> Any:
     """The same route written with the real SDK (FastAPI ``Serve``, async context); the SDK
     verifies every delivery with its ``Receiver``."""
-    from fastapi import FastAPI
-    from upstash_workflow.fastapi import Serve
-
     app = FastAPI()
     serve = Serve(app)
 
@@ -694,6 +703,7 @@ class FlowRuns:
 
     per_step: float
     step_costs: list[list[float]]
+    #: The first run's deliveries (body, headers), to hold against the SDK's.
     deliveries: list[tuple[bytes, list[tuple[str, str]]]]
 
 
@@ -716,8 +726,8 @@ def _protocol_runs(steps: int, runs: int) -> FlowRuns:
         assert [run.state for run in fake.runs] == ["RUN_SUCCESS"] * (runs + 1)
         assert len(fake.runs[-1].steps) == steps
         assert len(fake.deliveries) == (runs + 1) * (steps + 1)
-        last = fake.deliveries[-(steps + 1) :]
-        return FlowRuns(elapsed / (runs * steps), costs, _shown(last))
+        first = fake.deliveries[: steps + 1]  # a fresh fake's first run, as the SDK run is
+        return FlowRuns(elapsed / (runs * steps), costs, _as_delivered(first))
 
 
 def _plain_runs(bodies: list[bytes], runs: int) -> FlowRuns:
@@ -741,8 +751,17 @@ def _plain_runs(bodies: list[bytes], runs: int) -> FlowRuns:
         return FlowRuns(elapsed / (runs * steps), costs, [])
 
 
-def _sdk_run(steps: int) -> FlowRuns:
-    with FakeQStash(start=START) as fake:
+def _sdk_run(steps: int, reuse_client: bool = False) -> FlowRuns:
+    """One run of the real SDK app. ``reuse_client``: serve() builds a throwaway
+    ``AsyncQStash`` (an httpx client, so an SSL context loading the CA bundle) on every
+    request; patched to hand out one built beforehand, to show what that costs."""
+    with contextlib.ExitStack() as stack:
+        if reuse_client:
+            shared = AsyncQStash(base_url="disabled-client", token="disabled-client")
+            stack.enter_context(
+                unittest.mock.patch.object(sdk_authorization, "AsyncQStash", return_value=shared)
+            )
+        fake = stack.enter_context(FakeQStash(start=START))
         fake.mount(FLOW_BASE, _sdk_workflow_app(steps))
         fake.trigger(FLOW_URL, FLOW_PAYLOAD)
         began = time.perf_counter()
@@ -751,10 +770,10 @@ def _sdk_run(steps: int) -> FlowRuns:
         (run,) = fake.runs
         assert run.state == "RUN_SUCCESS", run
         assert len(run.steps) == steps
-        return FlowRuns(elapsed / steps, [], _shown(fake.deliveries))
+        return FlowRuns(elapsed / steps, [], _as_delivered(fake.deliveries))
 
 
-def _shown(deliveries: list[Any]) -> list[tuple[bytes, list[tuple[str, str]]]]:
+def _as_delivered(deliveries: list[Any]) -> list[tuple[bytes, list[tuple[str, str]]]]:
     return [(d.content, d.headers.multi_items()) for d in deliveries]
 
 
@@ -791,70 +810,60 @@ def workflows(report: Report, steps: int, rounds: int, runs: int, sdk_rounds: in
         ratio <= 2,
     )
 
-    # Growth: each delivery carries every earlier step, so a step's cost grows with its body.
+    # Growth: each delivery carries every earlier step, so a step's cost grows with its body;
+    # per KiB of body that growth should match the plain deliveries' (no quadratic term).
     window = max(1, min(10, steps // 5))
+    kib = [len(body) / 1024 for body in bodies[1:]]  # step k is delivered bodies[k]
+    kib_added = statistics.fmean(kib[-window:]) - statistics.fmean(kib[:window])
 
-    def growth(per_run: list[list[float]]) -> tuple[float, float]:
-        first = sum(statistics.fmean(costs[:window]) for costs in per_run) / len(per_run)
-        last = sum(statistics.fmean(costs[-window:]) for costs in per_run) / len(per_run)
-        return first, last
+    def growth(per_run: list[list[float]]) -> tuple[float, float, float]:
+        """Mean cost of the first and the last ``window`` steps, and the cost per KiB."""
+        first = statistics.fmean(statistics.fmean(costs[:window]) for costs in per_run)
+        last = statistics.fmean(statistics.fmean(costs[-window:]) for costs in per_run)
+        return first, last, (last - first) / kib_added
 
     flow_growth = [growth(sample) for sample in flow_costs]
     plain_growth = [growth(sample) for sample in plain_costs]
-    per_round = [
-        (fl / ff) / (pl / pf)
-        for (ff, fl), (pf, pl) in zip(flow_growth, plain_growth, strict=True)
-    ]
 
-    def shown(pairs: list[tuple[float, float]]) -> str:
-        first = statistics.median(p[0] for p in pairs)
-        last = statistics.median(p[1] for p in pairs)
-        growth_ratio = statistics.median(p[1] / p[0] for p in pairs)
-        return f"{us(first)} -> {us(last)} ({growth_ratio:.2f}x)"
+    def shown(figures: list[tuple[float, float, float]]) -> str:
+        first, last, per_kib = (statistics.median(f[i] for f in figures) for i in range(3))
+        return f"{first * 1e6:,.0f} -> {last * 1e6:,.0f} us, {per_kib * 1e6:+.1f} us/KiB"
 
-    kib = [len(body) / 1024 for body in bodies[1:]]  # step k's delivery is bodies[k]
     report.check(
-        f"5. per-step cost, steps {steps - window + 1}-{steps} vs 1-{window} "
-        f"(bodies {kib[-window]:.1f}-{kib[-1]:.1f} vs {kib[0]:.1f}-{kib[window - 1]:.1f} KiB)",
+        f"5. step cost, steps {steps - window + 1}-{steps} vs 1-{window} "
+        f"({kib[-window]:.1f}-{kib[-1]:.1f} vs {kib[0]:.1f}-{kib[window - 1]:.1f} KiB bodies)",
         shown(flow_growth),
         shown(plain_growth) + " plain",
-        statistics.median(per_round),
+        statistics.median(f[2] / p[2] for f, p in zip(flow_growth, plain_growth, strict=True)),
         "info",
         None,
     )
 
-    # The real SDK app for the same run, against the protocol app: what the SDK costs.
-    from qstash import AsyncQStash
-
-    def sdk_step() -> float:
-        return _sdk_run(steps).per_step
+    # The real SDK app for the same run, against the protocol app: what the SDK costs, and
+    # how much of that is the client serve() builds on every request and throws away.
+    def sdk_step(reuse_client: bool) -> Callable[[], float]:
+        return lambda: _sdk_run(steps, reuse_client).per_step
 
     def protocol_step() -> float:
         return _protocol_runs(steps, 1).per_step
 
-    def throwaway_client() -> float:
-        # What serve() builds on every request (its _DisabledWorkflowContext's client).
-        began = time.perf_counter()
-        for _ in range(5):
-            AsyncQStash(base_url="disabled-client", token="disabled-client")
-        return (time.perf_counter() - began) / 5
-
     real = interleaved(
-        {"sdk": sdk_step, "protocol": protocol_step, "throwaway": throwaway_client}, sdk_rounds
+        {"sdk": sdk_step(False), "sdk, client once": sdk_step(True), "protocol": protocol_step},
+        sdk_rounds,
     )
     report.check(
-        f"5. same run, real {sdk} app (FastAPI Serve), per step ({sdk_rounds} rounds)",
+        f"5. same run, real {sdk} (FastAPI Serve), per step ({sdk_rounds} rounds)",
         ms(real.median("sdk")),
         ms(real.median("protocol")) + " protocol app",
         real.ratio("sdk", "protocol"),
         "info",
         None,
     )
-    per_step = real.median("throwaway") * (steps + 1) / steps  # one per delivery
+    throwaway = real.median("sdk") - real.median("sdk, client once")
     report.check(
-        "5. of which the SDK's throwaway AsyncQStash, built on every request",
-        f"{ms(per_step)} ({per_step / real.median('sdk'):.0%} of a step)",
-        ms(real.median("sdk")) + " SDK step",
+        "5. of which the SDK's throwaway AsyncQStash per request",
+        f"{ms(throwaway)} ({throwaway / real.median('sdk'):.0%} of a step)",
+        ms(real.median("sdk, client once")) + " with it built once",
         None,
         "info",
         None,
@@ -873,10 +882,13 @@ class Sizes:
     linear: tuple[int, int, int]  # smaller count, factor, rounds
     memory_messages: int
     copies_body: int
+    workflow: tuple[int, int, int, int]  # steps, rounds, timed runs per round, real-SDK rounds
 
 
-FULL = Sizes((100, 21), (40, 15), 300, True, 50, (50, 11), (100, 8, 7), 100_000, 8 * 2**20)
-SMOKE = Sizes((10, 2), (5, 2), 3, False, 5, (3, 2), (5, 4, 2), 1_000, 2**20)
+FULL = Sizes(
+    (100, 21), (40, 15), 300, True, 50, (50, 11), (100, 8, 7), 100_000, 8 * 2**20, (50, 21, 3, 5)
+)
+SMOKE = Sizes((10, 2), (5, 2), 3, False, 5, (3, 2), (5, 4, 2), 1_000, 2**20, (3, 2, 1, 1))
 
 
 def machine() -> str:
@@ -895,14 +907,21 @@ def machine() -> str:
     )
 
 
-def profile(n: int = 2000) -> None:
-    """Where the time of publish_json + tick goes (how the hot spots were found)."""
+def profile(target: str, n: int = 2000) -> None:
+    """Where the time goes (how the hot spots were found): publish_json + tick, or twenty
+    50-step workflow runs of the protocol app."""
     from pyinstrument import Profiler
 
+    profiler = Profiler(interval=0.0002)
+    if target == "workflow":
+        _protocol_runs(50, 1)  # warm-up
+        with profiler:
+            _protocol_runs(50, 20)
+        print(profiler.output_text(color=False, show_all=False))
+        return
     with FakeQStash(start=START, max_deliveries_per_instant=n) as fake:
         fake.mount(APP_BASE, TRIVIAL_APP)
         client = qstash.QStash(fake.token, retry=False)
-        profiler = Profiler(interval=0.0002)
         with profiler:
             for i in range(n):
                 client.message.publish_json(url=HOOK, body={"n": i})
@@ -913,10 +932,19 @@ def profile(n: int = 2000) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, no budget checks (CI)")
-    parser.add_argument("--profile", action="store_true", help="profile publish + deliver only")
+    parser.add_argument(
+        "--profile",
+        nargs="?",
+        const="deliver",
+        choices=("deliver", "workflow"),
+        help="profile publish + deliver (default) or a 50-step workflow run, judge nothing",
+    )
+    parser.add_argument(
+        "--only", metavar="N", action="append", help="run only budget N (1-5; repeatable)"
+    )
     args = parser.parse_args()
     if args.profile:
-        profile()
+        profile(args.profile)
         return 0
     smoke: bool = args.smoke
     size = SMOKE if smoke else FULL
@@ -938,8 +966,10 @@ def main() -> int:
         ("3", "<= 1.5x", lambda: linear_growth(report, *size.linear)),
         ("4", "< 300 MB", lambda: undelivered_memory(report, size.memory_messages)),
         ("4", "copies", lambda: delivered_body_copies(report, size.copies_body)),
-        ("5", "<= 2x", lambda: workflows(report)),
+        ("5", "<= 2x", lambda: workflows(report, *size.workflow)),
     ]
+    if args.only:
+        steps = [step for step in steps if step[0] in args.only]
     for number, budget, step in steps:
         try:
             step()
