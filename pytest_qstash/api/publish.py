@@ -18,14 +18,14 @@ INVALID_DESTINATION = (
 
 
 def publish(store: Store, request: httpx.Request, destination: str) -> httpx.Response:
-    headers = _request_options(request)
-    return _answer(_publish(store, destination, headers, request.content, queue=None))
+    opts = _checked_options(store, _request_options(request))
+    return _answer(_publish(store, destination, opts, request.content, queue=None))
 
 
 def enqueue(store: Store, request: httpx.Request, queue: str, destination: str) -> httpx.Response:
     _check_name(queue, "queue name")
-    headers = _request_options(request)
-    return _answer(_publish(store, destination, headers, request.content, queue=queue))
+    opts = _checked_options(store, _request_options(request))
+    return _answer(_publish(store, destination, opts, request.content, queue=queue))
 
 
 def batch(store: Store, request: httpx.Request) -> httpx.Response:
@@ -35,8 +35,8 @@ def batch(store: Store, request: httpx.Request) -> httpx.Response:
     # Validate every item before creating any, so a bad item loses nothing already accepted.
     prepared = [_batch_item(store, index, item) for index, item in enumerate(items)]
     answers: list[Any] = []
-    for destination, headers, content, queue in prepared:
-        results = _publish(store, destination, headers, content, queue=queue)
+    for destination, opts, content, queue in prepared:
+        results = _publish(store, destination, opts, content, queue=queue)
         answers.append(_shape(results))
     return json_response(answers)
 
@@ -80,17 +80,22 @@ Results = tuple[list[Published], bool]  # what was published, whether to a URL g
 def _publish(
     store: Store,
     destination: str,
-    headers: Mapping[str, str],
+    opts: MessageOptions,
     content: bytes,
     *,
     queue: str | None,
 ) -> Results:
-    opts = _options(headers)
-    refuse_ended_run(store, opts)
     try:
         return store.publish(destination, content, opts, queue=queue)
     except UnknownDestination:
         raise ApiError(400, INVALID_DESTINATION) from None
+
+
+def _checked_options(store: Store, headers: Mapping[str, str]) -> MessageOptions:
+    """A publish's options, refused with 400 when invalid (or for a workflow run that ended)."""
+    opts = _options(headers)
+    refuse_ended_run(store, opts)
+    return opts
 
 
 def _options(headers: Mapping[str, str]) -> MessageOptions:
@@ -125,7 +130,7 @@ def _answer(results: Results) -> httpx.Response:
 
 def _batch_item(
     store: Store, index: int, item: Any
-) -> tuple[str, dict[str, str], bytes, str | None]:
+) -> tuple[str, MessageOptions, bytes, str | None]:
     if not isinstance(item, dict) or not isinstance(item.get("destination"), str):
         raise ApiError(400, f"invalid batch item {index}: expected an object with a destination")
     headers = item.get("headers") or {}
@@ -142,12 +147,12 @@ def _batch_item(
             raise ApiError(400, f"invalid batch item {index}: queue must be a string")
         _check_name(queue, "queue name")
     destination = item["destination"]
-    refuse_ended_run(store, _options(headers))
+    opts = _checked_options(store, headers)
     if not destination.startswith(("http://", "https://")) and not (
         destination in store.url_groups and store.url_groups[destination].endpoints
     ):
         raise ApiError(400, INVALID_DESTINATION)
-    return destination, headers, (body or "").encode(), queue
+    return destination, opts, (body or "").encode(), queue
 
 
 def _check_name(name: str, what: str) -> None:
