@@ -79,6 +79,10 @@ def _settings(request: pytest.FixtureRequest) -> dict[str, Any]:
         option: config.getini(name) for name, (option, _) in _BOOL_INI.items()
     }
     settings["time_library"] = config.getini("qstash_time_library") or "auto"
+    # Ids are seeded by the test's id: the same on every run of a test, yet different from
+    # one test to the next, as real message ids are (an app that remembers the message ids
+    # it processed, to be idempotent, must not see test 2's first id as test 1's).
+    settings["seed"] = request.node.nodeid
     if config.getini("qstash_start"):
         settings["start"] = config.getini("qstash_start")
     # Nearest marker wins: test over class over module.
