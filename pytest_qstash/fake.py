@@ -8,7 +8,7 @@ import os
 import time
 from datetime import datetime, timezone
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -53,7 +53,7 @@ class FakeQStash:
         seed: int | str = 0,
         default_retries: int = DEFAULT_RETRIES,
         dedup_window: Duration = DEFAULT_DEDUP_WINDOW_MS / 1000,
-        max_deliveries_per_instant: int = 1000,
+        max_deliveries_per_instant: int = 5000,
         max_deliveries_per_call: int = 1_000_000,
         base_urls: list[str] | None = None,
         token: str | None = None,
@@ -311,15 +311,18 @@ class FakeQStash:
         *,
         run_id: str | None = None,
         retries: int | None = None,
-        failure_url: str | None = None,
+        failure_url: str | Literal[False] | None = None,
     ) -> str:
         """Start an Upstash Workflow run at ``url`` as a workflow client would; returns its
         run id. The run exists at once (``qstash.runs``); its first delivery is due now.
 
         ``body``: the initial payload (``str``/``bytes`` as is, anything else as JSON);
-        ``headers`` reach the route function as request headers. ``retries`` and
-        ``failure_url`` apply to the first delivery only: every later step takes them from
-        the app's ``serve()`` options, as on QStash.
+        ``headers`` reach the route function as request headers; ``run_id`` chooses the id.
+        ``retries`` (default 3) and ``failure_url`` apply to the first delivery only: every
+        later step takes them from the app's ``serve()`` options, as on QStash. As the
+        workflow client does, a first step that fails for good calls ``failure_url``, by
+        default the workflow URL itself, where ``serve()``'s ``failure_function`` answers;
+        ``failure_url=False`` sets none.
         """
         return api.workflows.trigger(
             self.store,

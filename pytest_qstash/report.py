@@ -44,7 +44,9 @@ _SIGNATURE_HINT = (
     "hint: a delivery was refused (400/401/403). If the app verifies Upstash-Signature: the "
     "token's `sub` is the exact URL called (scheme, host, path and query: pass that URL to "
     "Receiver.verify), it is signed with QSTASH_CURRENT_SIGNING_KEY as the fake reads it, and "
-    "its iat/exp follow qstash.now (the app's clock too, unless freeze_time=False)."
+    "its iat/exp follow qstash.now (the app's clock too, unless freeze_time=False). An "
+    "Upstash Workflow route also answers 400 when its route function returns before reaching "
+    "any step."
 )
 
 

@@ -144,3 +144,18 @@ async def test_async_enqueue_is_delivered_in_order(qstash: FakeQStash, worker: W
     await qstash.aadvance("1h")
     assert worker.seen[-1] == ("next", 0)
     assert (await client.queue.get("jobs")).lag == 0
+
+
+def test_the_next_message_waits_for_the_callbacks_of_the_current_one(
+    qstash: FakeQStash, worker: Worker, client: QStash
+) -> None:
+    # QStash frees a queue slot once the message is done *and* its callbacks are.
+    client.message.enqueue(queue="jobs", url=f"{BASE}/first", callback=f"{BASE}/callback")
+    client.message.enqueue(
+        queue="jobs", url=f"{BASE}/flaky", failure_callback=f"{BASE}/fcb", retries=0
+    )
+    client.message.enqueue(queue="jobs", url=f"{BASE}/last")
+
+    qstash.tick()
+
+    assert [name for name, _ in worker.seen] == ["first", "callback", "flaky", "fcb", "last"]

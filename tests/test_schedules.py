@@ -214,3 +214,13 @@ async def test_async_client_creates_and_fires_a_schedule(
     assert (await client.schedule.get(schedule_id)).cron == "* * * * *"
     await client.schedule.pause(schedule_id)
     assert await qstash.aadvance("10m") == []
+
+
+@pytest.mark.qstash(max_deliveries_per_instant=10)
+def test_firings_at_different_times_are_no_cascade(
+    qstash: FakeQStash, client: QStash, received: list[tuple[datetime, str, dict[str, str]]]
+) -> None:
+    # Each firing is at its own minute: however many one advance() crosses, the loop guard
+    # (here 10 deliveries in a chain at one instant) has nothing to stop.
+    client.schedule.create(destination=f"{BASE}/tick", cron="* * * * *")
+    assert len(qstash.advance("1h")) == 60

@@ -7,7 +7,7 @@ import base64
 import json
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from qstash import AsyncQStash, QStash, Receiver
@@ -342,9 +342,11 @@ def test_a_step_that_keeps_failing_fails_the_run(
 
 
 @at_start
-@pytest.mark.parametrize("failure_url", [None, f"{APP}/fails"], ids=["plain", "failure_url"])
+@pytest.mark.parametrize(
+    "failure_url", [False, None, f"{APP}/fails"], ids=["none", "default", "failure_url"]
+)
 def test_a_triggered_run_failing_at_its_first_step(
-    qstash: FakeQStash, failure_url: str | None
+    qstash: FakeQStash, failure_url: str | Literal[False] | None
 ) -> None:
     journal = Journal()
     qstash.mount(APP, fastapi_workflow_app(journal))
@@ -360,9 +362,10 @@ def test_a_triggered_run_failing_at_its_first_step(
     assert journal.names(run_id) == ["prepare", "prepare"]  # trigger's retries=1
     (entry,) = qstash.dlq
     assert entry.message is run.messages[0]  # the init message
-    # The first delivery's failure callback is the trigger's to give: the app's own
-    # failure URL reaches QStash only with the steps it publishes.
-    if failure_url is None:
+    # The first delivery's failure callback is the trigger's to give (by default the
+    # workflow URL, as the workflow client sets it): the app's own failure URL reaches QStash
+    # only with the steps it publishes.
+    if failure_url is False:
         assert journal.failures == []
         assert run.failure_function_state is None
     else:

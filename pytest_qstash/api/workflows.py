@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -52,9 +52,13 @@ def trigger(
     *,
     run_id: str | None = None,
     retries: int | None = None,
-    failure_url: str | None = None,
+    failure_url: str | Literal[False] | None = None,
 ) -> str:
     """Start a run at ``url`` as a workflow client does, under a run id chosen here.
+
+    As the Upstash workflow client does, the first delivery's failure callback goes to
+    ``failure_url``, by default the workflow URL itself (where ``serve()``'s
+    ``failure_function`` answers it); ``failure_url=False`` sets none.
 
     The run's first message is an init message that already carries the protocol version
     (``Upstash-Forward-Upstash-Workflow-Sdk-Version: 1``): its delivery is the steps array
@@ -87,7 +91,9 @@ def trigger(
     )
     if retries is not None:
         publish["Upstash-Retries"] = str(retries)
-    if failure_url is not None:
+    if failure_url is None:
+        failure_url = url
+    if failure_url:
         publish["Upstash-Failure-Callback"] = failure_url
         publish["Upstash-Failure-Callback-Forward-Upstash-Workflow-Is-Failure"] = "true"
         publish["Upstash-Failure-Callback-Workflow-Runid"] = run_id

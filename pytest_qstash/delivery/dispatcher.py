@@ -28,7 +28,9 @@ from .transports import Outcome, Sender, Unrouted
 from .workflow_body import workflow_delivery
 
 USER_AGENT = "Upstash-QStash"
-_MAX_SAME_INSTANT = 1000
+# A workflow of a few hundred steps and calls, none of them sleeping, is a legitimate chain of
+# a thousand-odd deliveries at one instant; a runaway loop is stopped after this many.
+_MAX_SAME_INSTANT = 5000
 _MAX_PER_CALL = 1_000_000
 
 
@@ -152,6 +154,8 @@ class Dispatcher:
             self._callback(
                 message, delivery, message.failure_callback, "upstash-failure-callback-", dlq_entry
             )
+        # What is published from here on (a cron firing, the test) is no part of its cascade.
+        self.store.delivering = None
         if outcome.exception is not None and self.settings.raise_app_exceptions:
             raise outcome.exception
         return delivery
@@ -217,14 +221,14 @@ class Dispatcher:
                 f"the same virtual instant {ms_to_datetime(self.clock.now_ms).isoformat()}: a "
                 "handler seems to republish at once, forever"
             )
-            limit = "FakeQStash(max_deliveries_per_instant=...)"
+            option = "max_deliveries_per_instant"
         else:
             what = f"{made} deliveries in one call"
-            limit = "FakeQStash(max_deliveries_per_call=...)"
+            option = "max_deliveries_per_call"
         raise DeliveryLoopError(
             f"delivery loop stopped after {what}. Most recent: {recent}. "
-            f"Nothing is lost: the messages are kept. Raise the limit ({limit}) if this is "
-            "intended."
+            "Nothing is lost: the messages are kept. If this is intended, raise the limit: "
+            f"@pytest.mark.qstash({option}=...) or FakeQStash({option}=...)."
         )
 
     def _callback(

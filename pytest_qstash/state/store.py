@@ -95,6 +95,9 @@ class Store:
         self.delivering: Message | None = None
         self._dlq_seq = 0
         self._expressions: dict[str, RetryDelayExpression] = {}
+        #: Callback messages not finished yet, by the message they report on: a queued
+        #: message keeps its slot until they are done, as on QStash.
+        self._callbacks_pending: dict[str, set[str]] = {}
         self.workflows = WorkflowRuns()
 
     # -- creation ---------------------------------------------------------------------------
@@ -147,6 +150,8 @@ class Store:
         if parent is not None and not_before <= now:
             message.cascade_depth = parent.cascade_depth + 1
         self.messages[message.message_id] = message
+        if callback_for is not None:
+            self._callbacks_pending.setdefault(callback_for, set()).add(message.message_id)
         if queue is not None:
             self.queue(queue).members[message.message_id] = None
         self._log(message, "CREATED", next_delivery_ms=not_before if not_before > now else None)
@@ -259,7 +264,7 @@ class Store:
         if result.ok:
             message.state = "DELIVERED"
             self._log(message, "DELIVERED", result=result)
-            self._leave_queue(message)
+            self._finished(message)
             return None
         self._log(message, "ERROR", result=result, error=_error_text(result))
         if result.non_retryable or message.retried >= message.max_retries:
@@ -290,7 +295,7 @@ class Store:
         self._log(message, "CANCEL_REQUESTED")
         message.state = "CANCELED"
         self._log(message, "CANCELED")
-        self._leave_queue(message)
+        self._finished(message)
         if message.flow_control and message.flow_control.key in self.flow_keys:
             self.flow_keys[message.flow_control.key].waiting.pop(message.message_id, None)
         return True
@@ -418,6 +423,33 @@ class Store:
             self.cancel(self.messages[message_id])
         return True
 
+    def _finished(self, message: Message) -> None:
+        """A message reached its final state: free its queue slot, unless callbacks about it
+        are still to come (they are published right after this attempt) or to finish."""
+        if message.callback_for is not None:
+            self._callback_finished(message)
+        awaits_callbacks = message.state != "CANCELED" and (
+            message.callback is not None
+            or (message.state == "FAILED" and message.failure_callback is not None)
+            or message.message_id in self._callbacks_pending
+        )
+        if not awaits_callbacks:
+            self._leave_queue(message)
+
+    def _callback_finished(self, callback: Message) -> None:
+        source_id = callback.callback_for
+        assert source_id is not None
+        pending = self._callbacks_pending.get(source_id)
+        if pending is None:
+            return
+        pending.discard(callback.message_id)
+        if pending:
+            return
+        del self._callbacks_pending[source_id]
+        source = self.messages.get(source_id)
+        if source is not None and source.done:
+            self._leave_queue(source)
+
     def _leave_queue(self, message: Message) -> None:
         queue = self.queues.get(message.queue) if message.queue else None
         if queue is not None:
@@ -506,7 +538,7 @@ class Store:
     def _fail(self, message: Message, result: AttemptResult) -> DlqEntry:
         message.state = "FAILED"
         self._log(message, "FAILED", result=result, error=_error_text(result))
-        self._leave_queue(message)
+        self._finished(message)
         self._dlq_seq += 1
         entry = DlqEntry(
             dlq_id=f"{self.clock.now_ms}-{self._dlq_seq}",
