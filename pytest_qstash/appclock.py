@@ -2,15 +2,17 @@
 
 Two backends, chosen once: time-machine when it is installed (it swaps the C-level clock
 functions, so starting it costs microseconds), else freezegun (it rebinds names across every
-loaded module, about 10 ms with a web stack imported). time-machine leaves ``time.monotonic``
-alone; freezegun freezes it (and ``perf_counter``) too, so it is started with
-``real_asyncio=True`` to keep event loops on real time.
+loaded module, about 10 ms with a web stack imported). Only wall-clock time moves with the
+fake: the timers (``time.monotonic``, ``perf_counter`` and their ``_ns`` forms) keep real time,
+so deadline loops, timeouts and event loops work. time-machine never touches them; freezegun
+freezes them too, so they are put back right after it starts (and event loops are kept on real
+time with ``real_asyncio=True``).
 """
 
 from __future__ import annotations
 
 import importlib.util
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from .state.models import ms_to_datetime
@@ -53,12 +55,16 @@ class TimeMachineClock:
         import time_machine
 
         self._travel = time_machine.travel(ms_to_datetime(ms), tick=False)
+        # Travelling to an aware datetime would also switch the process's TZ to its zone
+        # (UTC): only the instant is ours to move, the app's local zone stays its own.
+        self._travel.destination_tzname = None
         self._traveller = self._travel.start()
         self._ms = ms
 
     def move_to(self, ms: int) -> None:
         if self._traveller is not None and ms != self._ms:
-            self._traveller.move_to(ms_to_datetime(ms))
+            # A shift by a timedelta is exact (integer ns) and leaves the time zone alone.
+            self._traveller.shift(timedelta(milliseconds=ms - self._ms))
             self._ms = ms
 
     def stop(self) -> None:
@@ -88,6 +94,7 @@ class FreezegunClock:
         )
         self._factory = self._freezer.start()
         self._ms = ms
+        _restore_real_timers(self._freezer)
 
     def move_to(self, ms: int) -> None:
         if self._factory is not None and ms != self._ms:
@@ -98,6 +105,26 @@ class FreezegunClock:
         if self._freezer is not None:
             freezer, self._freezer, self._factory = self._freezer, None, None
             freezer.stop()
+
+
+_TIMERS = ("monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns")
+
+
+def _restore_real_timers(freezer: Any) -> None:
+    """Undo freezegun's freezing of the timers: in ``time`` itself, and in every module its
+    scan rebound (freezegun's own ``stop()`` restores the same originals, so undoing early is
+    harmless)."""
+    import time
+
+    from freezegun import api
+
+    reals = {name: getattr(api, f"real_{name}") for name in _TIMERS if hasattr(api, f"real_{name}")}
+    for name, real in reals.items():
+        setattr(time, name, real)
+    real_ids = {id(real) for real in reals.values()}
+    for module, attribute, original in getattr(freezer, "undo_changes", ()):
+        if id(original) in real_ids:
+            setattr(module, attribute, original)
 
 
 def make_app_clock(library: str) -> AppClock:

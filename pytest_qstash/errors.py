@@ -22,7 +22,8 @@ class UnroutedDeliveryError(QStashFakeError):
         super().__init__(
             f"{message_id} is due for {url}, but no mounted app matches that URL "
             f"({reason}). Mounted: {mounted}. Mount the app with "
-            f"qstash.mount({_base_of(url)!r}, app), or answer it with a respx route."
+            f"qstash.mount({_base_of(url)!r}, app), or answer it with a respx route or a "
+            "pytest-httpx response."
         )
 
 

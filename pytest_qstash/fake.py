@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from datetime import datetime, timezone
 from types import TracebackType
@@ -54,7 +53,7 @@ class FakeQStash:
         default_retries: int = DEFAULT_RETRIES,
         dedup_window: Duration = DEFAULT_DEDUP_WINDOW_MS / 1000,
         max_deliveries_per_instant: int = 5000,
-        max_deliveries_per_call: int = 1_000_000,
+        max_deliveries_per_call: int = 100_000,
         base_urls: list[str] | None = None,
         token: str | None = None,
         current_signing_key: str | None = None,
@@ -75,8 +74,6 @@ class FakeQStash:
         self.mounts = MountTable()
         self._faults = FaultTable(lambda: self.clock.now_ms)
         urls = [*(f"https://{h}" for h in DEFAULT_HOSTS), *(base_urls or [])]
-        if os.environ.get("QSTASH_URL"):
-            urls.append(os.environ["QSTASH_URL"])
         self.router = QStashRouter(self.handle, urls)
         self._sender = Sender(self.mounts, self.router)
         self._app_clock: AppClock = make_app_clock(time_library) if freeze_time else NoAppClock()
@@ -89,7 +86,9 @@ class FakeQStash:
                 signing_key=lambda: self.account.current_signing_key,
                 raise_app_exceptions=raise_app_exceptions,
                 strict_routing=strict,
-                app_clock_follows=freeze_time,
+                # With no app clock (freeze_time=False or time_library="none") the app reads
+                # the real clock, so tokens are minted on it.
+                app_clock_follows=not isinstance(self._app_clock, NoAppClock),
                 max_same_instant=max_deliveries_per_instant,
                 max_per_call=max_deliveries_per_call,
             ),

@@ -8,6 +8,7 @@ where it would have gone without us. There is no catch-all route to shadow anyon
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable
 from urllib.parse import urlsplit
@@ -37,7 +38,21 @@ class QStashRouter(respx.MockRouter):
         host = request.url.host
         if _REGIONAL.fullmatch(host):
             return True
-        return (host, request.url.port) in self._extra or (host, None) in self._extra
+        port = request.url.port
+        if (host, port) in self._extra or (host, None) in self._extra:
+            return True
+        # QSTASH_URL is read per request: a test may set it after the fake started.
+        env_url = os.environ.get("QSTASH_URL")
+        return env_url is not None and host_of(env_url) in ((host, port), (host, None))
+
+    def start(self) -> None:
+        super().start()
+        # The newest fake answers first (a FakeQStash started inside the fixture's, say);
+        # when it stops, the one before it answers again.
+        routers = self.Mocker.routers if self.Mocker else []
+        if self in routers:
+            routers.remove(self)
+            routers.insert(0, self)
 
     def handler(self, request: httpx.Request) -> httpx.Response:
         if not self.claims(request):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -115,8 +115,14 @@ def qstash_fake(
     request: pytest.FixtureRequest, qstash_apps: dict[str, Any]
 ) -> Iterator[FakeQStash]:
     """The fake QStash (also available as ``qstash``, for suites that own that name)."""
+    apps: Any = qstash_apps or {}
+    if not isinstance(apps, Mapping):
+        pytest.fail(
+            f"the qstash_apps fixture must return a dict {{base_url: app}}, not {apps!r}",
+            pytrace=False,
+        )
     fake = FakeQStash(**_settings(request))
-    for base_url, app in qstash_apps.items():
+    for base_url, app in apps.items():
         fake.mount(base_url, app)
     request.node.stash[_FAKE_KEY] = fake
     with fake:

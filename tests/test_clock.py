@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
@@ -227,9 +228,41 @@ def test_signatures_verify_after_a_long_advance(
     assert received.time == (start + timedelta(days=30)).timestamp()
 
 
-@pytest.mark.qstash(freeze_time=False, start="2030-06-01T00:00:00Z")
+@pytest.mark.parametrize(
+    "library",
+    [
+        pytest.param("time-machine", marks=pytest.mark.qstash(time_library="time-machine")),
+        pytest.param("freezegun", marks=pytest.mark.qstash(time_library="freezegun")),
+    ],
+)
+def test_only_wall_time_is_virtual_timers_keep_running(qstash: FakeQStash, library: str) -> None:
+    # A deadline loop or a timeout measured with monotonic/perf_counter must still end: the
+    # timers read the real ones (frozen, they would read the virtual wall clock).
+    def timers() -> list[float]:
+        return [
+            time.monotonic(),
+            time.perf_counter(),
+            time.monotonic_ns() / 1e9,
+            time.perf_counter_ns() / 1e9,
+        ]
+
+    assert time.time() == qstash.now.timestamp()  # the wall clock is on qstash.now
+    assert all(abs(reading - time.time()) > 3600 for reading in timers())
+    qstash.advance("1h")
+    assert time.time() == qstash.now.timestamp()
+    assert all(abs(reading - time.time()) > 3600 for reading in timers())
+
+
+@pytest.mark.parametrize(
+    "off",
+    [
+        pytest.param("freeze_time=False", marks=pytest.mark.qstash(freeze_time=False)),
+        pytest.param("time_library=none", marks=pytest.mark.qstash(time_library="none")),
+    ],
+)
+@pytest.mark.qstash(start="2030-06-01T00:00:00Z")
 def test_freeze_time_off_reads_the_real_clock(
-    qstash: FakeQStash, client: QStash, web: WebApp
+    qstash: FakeQStash, client: QStash, web: WebApp, off: str
 ) -> None:
     publish(client, body="real time", delay="1h")
 
@@ -298,3 +331,12 @@ async def test_sync_forms_inside_a_running_loop_say_to_await(qstash: FakeQStash)
         qstash.advance("1s")
     with pytest.raises(RuntimeError, match=r"await qstash\.aadvance_to\("):
         qstash.advance_to(qstash.now)
+
+
+_TZ_AT_IMPORT = os.environ.get("TZ")
+
+
+@pytest.mark.qstash(time_library="time-machine")
+def test_the_process_time_zone_is_left_alone(qstash: FakeQStash) -> None:
+    # Only the instant moves: an app formatting local times keeps its own zone.
+    assert os.environ.get("TZ") == _TZ_AT_IMPORT

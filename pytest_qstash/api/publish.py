@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -77,6 +78,17 @@ def _request_options(request: httpx.Request) -> httpx.Headers:
 Results = tuple[list[Published], bool]  # what was published, whether to a URL group
 
 
+def check_destination(store: Store, destination: str, *, group_needs_endpoints: bool) -> None:
+    """Refuse what QStash refuses: neither an http(s) URL with a host nor a URL group."""
+    if destination.startswith(("http://", "https://")):
+        if not urlsplit(destination).hostname:
+            raise ApiError(400, f"invalid destination url {destination!r}: it has no host")
+        return
+    group = store.url_groups.get(destination)
+    if group is None or (group_needs_endpoints and not group.endpoints):
+        raise ApiError(400, INVALID_DESTINATION)
+
+
 def _publish(
     store: Store,
     destination: str,
@@ -85,6 +97,7 @@ def _publish(
     *,
     queue: str | None,
 ) -> Results:
+    check_destination(store, destination, group_needs_endpoints=True)
     try:
         return store.publish(destination, content, opts, queue=queue)
     except UnknownDestination:
@@ -148,10 +161,7 @@ def _batch_item(
         _check_name(queue, "queue name")
     destination = item["destination"]
     opts = _checked_options(store, headers)
-    if not destination.startswith(("http://", "https://")) and not (
-        destination in store.url_groups and store.url_groups[destination].endpoints
-    ):
-        raise ApiError(400, INVALID_DESTINATION)
+    check_destination(store, destination, group_needs_endpoints=True)
     return destination, opts, (body or "").encode(), queue
 
 

@@ -17,7 +17,7 @@ from ._http import (
     json_response,
     put_body,
 )
-from .publish import INVALID_DESTINATION, _check_name, _options
+from .publish import _check_name, _options, check_destination
 
 
 def create_schedule(store: Store, request: httpx.Request, destination: str) -> httpx.Response:
@@ -32,9 +32,7 @@ def create_schedule(store: Store, request: httpx.Request, destination: str) -> h
         _check_name(opts.schedule_id, "schedule id")
     if opts.queue is not None:
         _check_name(opts.queue, "queue name")
-    is_url = destination.startswith(("http://", "https://"))
-    if not is_url and destination not in store.url_groups:
-        raise ApiError(400, INVALID_DESTINATION)
+    check_destination(store, destination, group_needs_endpoints=False)
     schedule = store.put_schedule(destination, cron, request.content, opts, opts.schedule_id)
     return json_response({"scheduleId": schedule.schedule_id})
 

@@ -31,7 +31,9 @@ USER_AGENT = "Upstash-QStash"
 # A workflow of a few hundred steps and calls, none of them sleeping, is a legitimate chain of
 # a thousand-odd deliveries at one instant; a runaway loop is stopped after this many.
 _MAX_SAME_INSTANT = 5000
-_MAX_PER_CALL = 1_000_000
+# Far above a year of an hourly schedule, a week of a minutely one; a handler republishing
+# itself with a delay, forever, is stopped here within seconds instead of minutes.
+_MAX_PER_CALL = 100_000
 
 
 @dataclass(slots=True)
@@ -200,8 +202,11 @@ class Dispatcher:
     def _unrouted(self, job: Job, exc: Unrouted) -> Outcome:
         if self.settings.strict_routing:
             self.store.requeue(job.message, job.previous_state)
+            reason = exc.reason
+            if job.message.callback_for is not None:
+                reason += f"; it is a callback reporting on {job.message.callback_for}"
             raise UnroutedDeliveryError(
-                job.message.url, job.message.message_id, self.mounts.base_urls, exc.reason
+                job.message.url, job.message.message_id, self.mounts.base_urls, reason
             ) from None
         return Outcome(None, httpx.Headers(), b"", f"unrouted: {exc.reason}")
 

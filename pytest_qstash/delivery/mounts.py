@@ -6,6 +6,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 AppKind = Literal["asgi", "wsgi", "callable"]
 _KINDS = ("asgi", "wsgi", "callable")
@@ -50,7 +51,21 @@ def detect_kind(app: Any) -> AppKind:
         return "wsgi"
     if len(params) == 3:
         return "asgi"  # e.g. an ASGI app wrapped in a sync-looking decorator
+    if not params and not _takes_varargs(call):
+        raise TypeError(
+            f"cannot mount {app!r}: it takes no argument. Expected an ASGI app "
+            "(scope, receive, send), a WSGI app (environ, start_response), or a callable "
+            "taking the httpx.Request"
+        )
     return "callable"
+
+
+def _takes_varargs(call: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(call).parameters.values()
+    except (TypeError, ValueError):
+        return True  # a builtin or C callable: let the call itself say what it takes
+    return any(p.kind is p.VAR_POSITIONAL for p in parameters)
 
 
 class MountTable:
@@ -60,9 +75,16 @@ class MountTable:
     def add(
         self, base_url: str, app: Any, kind: str | None = None, *, lifespan: bool = False
     ) -> Mount:
-        if not base_url.startswith(("http://", "https://")):
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(
-                f"cannot mount at {base_url!r}: expected an absolute http:// or https:// base URL"
+                f"cannot mount at {base_url!r}: expected an absolute http:// or https:// base "
+                "URL with a host, e.g. 'https://app.example.com'"
+            )
+        if parts.query or parts.fragment or base_url.endswith(("?", "#")):
+            raise ValueError(
+                f"cannot mount at {base_url!r}: a base URL is a scheme, host and optional path "
+                "prefix, without a query or fragment"
             )
         if kind is not None and kind not in _KINDS:
             raise ValueError(f"unknown app kind {kind!r}: expected one of {', '.join(_KINDS)}")
