@@ -39,6 +39,21 @@ class FakeQStash:
     ``async with``). While active it answers the QStash SDKs' HTTP calls, delivers messages
     into mounted apps when told to (``tick``/``advance``), and keeps the app's clock on
     ``qstash.now``.
+
+    Options (the ``@pytest.mark.qstash(...)`` keywords are the same):
+
+    - ``start``: where the virtual clock starts (datetime, ISO string, unix seconds); now.
+    - ``freeze_time``: keep the app's wall clock on ``qstash.now`` (default True);
+      ``time_library``: ``"auto"`` (time-machine if installed), ``"time-machine"``,
+      ``"freezegun"`` or ``"none"``.
+    - ``raise_app_exceptions``: re-raise an exception out of the app from ``tick()``
+      (default True; the attempt is a failed 500 either way).
+    - ``strict``: a delivery nothing answers raises ``UnroutedDeliveryError`` (default True);
+      otherwise it is a failed attempt.
+    - ``seed``: seed of the generated ids; ``default_retries`` (3); ``dedup_window`` (10 min).
+    - ``max_deliveries_per_instant`` / ``max_deliveries_per_call``: the loop guard's limits.
+    - ``base_urls``: more QStash API base URLs to intercept (``QSTASH_URL``'s host always is).
+    - ``token``, ``current_signing_key``, ``next_signing_key``: override the environment's.
     """
 
     def __init__(
