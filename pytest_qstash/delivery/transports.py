@@ -1,13 +1,15 @@
 """How a delivery reaches an app: ASGI, WSGI or a plain callable, from sync or async code.
 
-Sync tests drive ASGI apps through one AnyIO blocking portal (a loop on a helper thread, as
-Starlette's TestClient does), reused for the fake's lifetime. Async tests drive them on the
+Sync tests drive ASGI apps on an event loop of the fake's own, run in the test's thread (no
+thread hop per delivery) and kept for the fake's lifetime; apps mounted with a lifespan run
+on an AnyIO blocking portal's loop instead, next to their lifespan. Async tests drive them on the
 test's own loop. URLs no app is mounted for go through httpx, so a user's respx routes or
 pytest-httpx can answer them; the network is only used for loopback hosts.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import inspect
@@ -66,6 +68,7 @@ class Sender:
             None
         ) = None
         self._lifespans: dict[str, Lifespan] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- sync -------------------------------------------------------------------------------
     def send(self, request: httpx.Request) -> Outcome:
@@ -75,14 +78,16 @@ class Sender:
         try:
             if mount.kind == "wsgi":
                 return _wsgi(mount, request)
-            if mount.kind == "asgi":
+            if mount.kind == "asgi" and mount.lifespan:
                 outcome: Outcome = self._blocking_portal().call(
                     _asgi, self._asgi_app(mount), request
                 )
                 return outcome
+            if mount.kind == "asgi":
+                return self._own_loop().run_until_complete(_asgi(mount.app, request))
             result = mount.app(request)
             if inspect.isawaitable(result):
-                result = self._blocking_portal().call(_awaited, result)
+                result = self._own_loop().run_until_complete(_awaited(result))
             return _callable_outcome(result)
         except Exception as exc:
             return Outcome.of_exception(exc)
@@ -141,6 +146,14 @@ class Sender:
             is not _ORIGINAL_HTTPX_HANDLE_ASYNC_REQUEST
         )
 
+    def _own_loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop sync tests deliver to ASGI apps on: in the test's own thread (no
+        thread hop per delivery), kept for the fake's lifetime so what an app binds to its
+        loop (clients, pools) stays usable from one delivery to the next."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop
+
     def _blocking_portal(self) -> anyio.from_thread.BlockingPortal:
         if self._portal is None:
             self._portal_cm = anyio.from_thread.start_blocking_portal()
@@ -166,6 +179,21 @@ class Sender:
                     lifespan.stop(self._portal)
         finally:
             self._close_portal()
+            self._close_loop()
+
+    def _close_loop(self) -> None:
+        if self._loop is None:
+            return
+        loop, self._loop = self._loop, None
+        try:
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
 
     def _close_portal(self) -> None:
         if self._portal_cm is not None:
