@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import os
 from datetime import timedelta
 
+import fastapi
 import httpx
 import jwt
 import pytest
@@ -467,3 +469,33 @@ async def test_async_runaway_cascade(qstash: FakeQStash, aclient: AsyncQStash, w
         await qstash.atick()
     # The messages are kept: the last one is still waiting.
     assert any(m.state == "CREATED" for m in qstash.messages)
+
+
+def test_sync_ticks_keep_one_event_loop_for_the_app(qstash: FakeQStash, client: QStash) -> None:
+    # An ASGI app keeps loop-bound things between requests (a client, a lock, a queue) and
+    # fires tasks it does not wait for: both work across sync ticks, as on a server.
+    app = fastapi.FastAPI()
+    loops: list[object] = []
+    done: list[str] = []
+    state: dict[str, asyncio.Lock] = {}
+
+    async def send_email(body: str) -> None:
+        await asyncio.sleep(0)
+        done.append(body)
+
+    @app.post("/job")
+    async def job(request: fastapi.Request) -> dict[str, bool]:
+        lock = state.setdefault("lock", asyncio.Lock())  # bound to the loop it first runs on
+        async with lock:
+            loops.append(asyncio.get_running_loop())
+        asyncio.get_running_loop().create_task(send_email((await request.body()).decode()))
+        return {"ok": True}
+
+    qstash.mount(BASE, app)
+    for body in ("one", "two"):
+        publish(client, f"{BASE}/job", body)
+        [delivery] = qstash.tick()
+        assert delivery.status == 200
+
+    assert loops[0] is loops[1]
+    assert done == ["one", "two"]

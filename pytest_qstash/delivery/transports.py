@@ -15,9 +15,9 @@ import functools
 import inspect
 import ipaddress
 import ssl
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.from_thread
@@ -29,6 +29,10 @@ from .mounts import Mount, MountTable
 
 _ORIGINAL_HTTPX_HANDLE_REQUEST = httpx.HTTPTransport.handle_request
 _ORIGINAL_HTTPX_HANDLE_ASYNC_REQUEST = httpx.AsyncHTTPTransport.handle_async_request
+
+
+_T = TypeVar("_T")
+_BACKGROUND_PASSES = 20
 
 
 class Unrouted(Exception):
@@ -84,10 +88,11 @@ class Sender:
                 )
                 return outcome
             if mount.kind == "asgi":
-                return self._own_loop().run_until_complete(_asgi(mount.app, request))
+                outcome = self._on_own_loop(_asgi(mount.app, request))
+                return outcome
             result = mount.app(request)
             if inspect.isawaitable(result):
-                result = self._own_loop().run_until_complete(_awaited(result))
+                result = self._on_own_loop(_awaited(result))
             return _callable_outcome(result)
         except Exception as exc:
             return Outcome.of_exception(exc)
@@ -153,6 +158,19 @@ class Sender:
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
         return self._loop
+
+    def _on_own_loop(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        loop = self._own_loop()
+        result = loop.run_until_complete(coroutine)
+        # Let what the app started and did not wait for (a fire-and-forget task) move on
+        # before the test looks, as it would on a server's loop: a few passes of the loop,
+        # never a wait (a task waiting on something else stays pending, and is cancelled
+        # when the fake stops).
+        for _ in range(_BACKGROUND_PASSES):
+            if not asyncio.all_tasks(loop):
+                break
+            loop.run_until_complete(asyncio.sleep(0))
+        return result
 
     def _blocking_portal(self) -> anyio.from_thread.BlockingPortal:
         if self._portal is None:
