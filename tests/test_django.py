@@ -25,6 +25,7 @@ if importlib.util.find_spec("django_qstash") is None:  # importing it needs sett
 
 import django
 from django.apps import apps
+from django.conf import settings
 from django.core.asgi import get_asgi_application
 from django.core.wsgi import get_wsgi_application
 from django.test import override_settings
@@ -53,6 +54,15 @@ def _setup_django_once() -> None:
 
 
 _setup_django_once()
+OUR_SETTINGS = f"{PROJECT}.settings"
+if settings.SETTINGS_MODULE != OUR_SETTINGS:
+    # Django's settings are per process: this session set Django up for another project first
+    # (as `pytest examples tests` does with the Django example's).
+    pytest.skip(
+        f"Django is already set up with {settings.SETTINGS_MODULE}: run tests/ in a pytest "
+        "session of its own",
+        allow_module_level=True,
+    )
 # Imported only now: django-qstash creates its QStash client from the settings at import.
 tasks: Any = importlib.import_module(f"{PROJECT}.tasks")
 views: Any = importlib.import_module(f"{PROJECT}.views")

@@ -1,0 +1,11 @@
+"""The WSGI entry point a server (gunicorn, uWSGI) imports: ``reports_project.wsgi:application``."""
+
+from __future__ import annotations
+
+import os
+
+from django.core.wsgi import get_wsgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reports_project.settings")
+
+application = get_wsgi_application()
