@@ -12,7 +12,7 @@ from apps import make_fastapi_app
 from pytest_httpx import HTTPXMock
 from qstash import AsyncQStash, QStash
 
-from pytest_qstash import FakeQStash
+from pytest_qstash import FakeQStash, UnroutedDeliveryError
 
 APP = "https://app.test"
 OTHER = "https://api.other.test"
@@ -220,3 +220,23 @@ def test_stop_is_idempotent_and_restartable() -> None:
         QStash(token(), retry=False).message.publish(url=f"{APP}/x", body="2")
 
     assert [m.body for m in fake.messages] == ["1", "2"]
+
+
+def test_an_unrouted_delivery_beside_pytest_httpx_is_only_the_fakes_error(
+    qstash: FakeQStash, client: QStash, httpx_mock: HTTPXMock
+) -> None:
+    # pytest-httpx is asked whether it answers the delivery; it does not, so the test sees
+    # UnroutedDeliveryError, and pytest-httpx has no "unexpected request" left for teardown.
+    httpx_mock.add_response(url="https://partner.test/hook", text="received")
+    client.message.publish(url="https://nobody.test/x", body="lost?")
+
+    with pytest.raises(UnroutedDeliveryError, match="pytest-httpx has no response"):
+        qstash.tick()
+
+    assert qstash.messages[0].state == "CREATED"  # kept, still due
+    client.message.publish(url="https://partner.test/hook", body="answered")
+    qstash.mount("https://nobody.test", lambda request: None)
+    assert sorted(d.url for d in qstash.tick()) == [
+        "https://nobody.test/x",
+        "https://partner.test/hook",
+    ]
