@@ -34,6 +34,9 @@ def timeline(store: Store, deliveries_total: int) -> str:
             refused = refused or delivery.status in (400, 401, 403)
     if len(messages) > _MAX_MESSAGES:
         lines.append(f"... and {len(messages) - _MAX_MESSAGES} more message(s)")
+    for run in store.workflows:
+        steps = ", ".join(f"{step.name} ({step.type})" for step in run.steps) or "none yet"
+        lines.append(f"  workflow run {run.run_id} at {run.url} {run.state}; steps: {steps}")
     if refused:
         lines.append(_SIGNATURE_HINT)
     return "\n".join(lines)

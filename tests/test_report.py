@@ -49,3 +49,35 @@ def test_a_test_that_never_used_the_fake_gets_no_section(pytester: pytest.Pytest
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     result.stdout.no_fnmatch_line("*- qstash -*")
+
+
+def test_workflow_runs_are_listed_with_their_steps(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        from fastapi import FastAPI
+        from upstash_workflow.fastapi import Serve
+
+        app = FastAPI()
+        serve = Serve(app)
+
+
+        @serve.post("/flow")
+        async def flow(context):
+            async def double():
+                return 2
+
+            await context.run("double", double)
+
+
+        def test_flow(qstash):
+            qstash.mount("https://app.test", app)
+            qstash.trigger("https://app.test/flow")
+            qstash.tick()
+            assert qstash.runs[0].state == "RUN_FAILED"
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*workflow run wfr_* at https://app.test/flow RUN_SUCCESS; steps: double (Run)"]
+    )
