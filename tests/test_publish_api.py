@@ -672,3 +672,20 @@ def test_webhook_mode_reads_options_from_the_query_and_forwards_headers(
     assert seen[0].headers["stripe-signature"] == "t=1,v1=abc"
     assert seen[0].headers["content-type"] == "application/json"
     assert message.state == "FAILED"  # no retries, as the query asked
+
+
+def test_bulk_cancel_by_query_filters_with_the_token_in_the_query(
+    qstash: FakeQStash, client: QStash
+) -> None:
+    client.message.publish(url="https://a.test/x", delay="1h")
+    keep = client.message.publish(url="https://b.test/y", delay="1h")
+    response = httpx.delete(
+        f"{API}/v2/messages", params={"url": "https://a.test/x", "qstash_token": qstash.token}
+    )
+    assert response.status_code == 200
+    assert response.json() == {"cancelled": 1}
+    assert [m.state for m in qstash.messages] == ["CANCELED", "CREATED"]
+    assert qstash.messages[1].message_id == keep.message_id  # type: ignore[union-attr]
+    unknown = raw("DELETE", "/v2/messages?colour=blue")
+    assert unknown.status_code == 400
+    assert "colour" in unknown.json()["error"]

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import httpx
 
 from ..state.models import Message
 from ..state.store import Store
-from ._http import ApiError, json_response, message_json, read_json
+from ._http import ApiError, int_filter, json_response, message_json, query_filters, read_json
+from .events import MESSAGE_FILTERS, message_matches
 
 
 def get_message(store: Store, request: httpx.Request, message_id: str) -> httpx.Response:
@@ -33,25 +32,46 @@ def run_message_now(store: Store, request: httpx.Request, message_id: str) -> ht
     return json_response({"messageId": message_id})
 
 
+#: Filters bulk cancel takes, in the JSON body (the SDK) or the query string (newer clients).
+CANCEL_FILTERS: tuple[str, ...] = (
+    "messageIds",
+    "fromDate",
+    "toDate",
+    "count",
+    "cursor",
+    *MESSAGE_FILTERS,
+)
+
+
 def cancel_messages(store: Store, request: httpx.Request) -> httpx.Response:
     """Bulk cancel. The SDK sends ``{"messageIds": [...]}``; an empty list, or no body at
-    all, cancels every message. Newer clients send the same filters as query parameters."""
+    all, cancels every message. Newer clients send the same filters as query parameters;
+    ``messageIds``, when given, wins over the other filters."""
+    filters = query_filters(request, CANCEL_FILTERS, "bulk cancel")
     body = read_json(request)
-    filters: dict[str, list[str]] = {}
     if isinstance(body, dict):
         for key, value in body.items():
+            if key not in CANCEL_FILTERS:
+                raise ApiError(400, f"unknown bulk cancel filter {key!r}")
             values = value if isinstance(value, list) else [value]
-            filters[key] = [str(v) for v in values if v is not None and v != ""]
+            kept = [str(v) for v in values if v is not None and v != ""]
+            if kept:
+                filters.setdefault(key, []).extend(kept)
     elif body is not None:
         raise ApiError(400, "invalid bulk cancel body: expected a JSON object")
-    for key in set(request.url.params.keys()):
-        values = [p for v in request.url.params.get_list(key) for p in v.split(",") if p]
-        filters.setdefault(key, []).extend(values)
     ids = filters.pop("messageIds", None)
     if ids:
         targets = [store.messages[i] for i in ids if i in store.messages]
     else:
-        targets = [m for m in store.pending() if _matches(m, filters)]
+        from_ms = int_filter(filters, "fromDate")
+        to_ms = int_filter(filters, "toDate")
+        targets = [
+            m
+            for m in store.pending()
+            if (from_ms is None or m.created_ms >= from_ms)
+            and (to_ms is None or m.created_ms <= to_ms)
+            and message_matches(m, filters)
+        ]
     cancelled = sum(1 for message in targets if store.cancel(message))
     return json_response({"cancelled": cancelled})
 
@@ -62,33 +82,3 @@ def _waiting(store: Store, message_id: str) -> Message:
     if message is None or message.done:
         raise ApiError(404, f"message {message_id} not found")
     return message
-
-
-_FIELDS: dict[str, Callable[[Message], str | None]] = {
-    "url": lambda m: m.url,
-    "topicName": lambda m: m.url_group,
-    "queueName": lambda m: m.queue,
-    "scheduleId": lambda m: m.schedule_id,
-    "label": lambda m: m.label,
-    "callerIP": lambda m: m.caller_ip,
-    "callerIp": lambda m: m.caller_ip,
-    "flowControlKey": lambda m: m.flow_control.key if m.flow_control else None,
-}
-
-
-def _matches(message: Message, filters: dict[str, list[str]]) -> bool:
-    for key, values in filters.items():
-        if not values or key in ("count", "cursor"):
-            continue
-        if key == "fromDate":
-            if message.created_ms < int(values[0]):
-                return False
-        elif key == "toDate":
-            if message.created_ms > int(values[0]):
-                return False
-        elif key in _FIELDS:
-            if _FIELDS[key](message) not in values:
-                return False
-        else:
-            raise ApiError(400, f"unknown bulk cancel filter {key!r}")
-    return True

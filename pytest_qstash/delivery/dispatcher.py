@@ -20,7 +20,7 @@ import httpx
 from ..errors import DeliveryLoopError, UnroutedDeliveryError
 from ..state.clock import VirtualClock
 from ..state.models import Delivery, DlqEntry, Message, MessageState, ms_to_datetime
-from ..state.options import derived_options, parse_options
+from ..state.options import canonical, derived_options, parse_options
 from ..state.store import AttemptResult, Store
 from .mounts import MountTable
 from .signing import sign
@@ -290,5 +290,5 @@ class Dispatcher:
 def _header_map(headers: httpx.Headers) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for name, value in headers.multi_items():
-        out.setdefault("-".join(p.capitalize() for p in name.split("-")), []).append(value)
+        out.setdefault(canonical(name), []).append(value)
     return out
