@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .api.faults import Fault
+from .delivery.lifespan import LifespanError
 from .durations import parse_duration_ms
 from .errors import AsyncContextError, DeliveryLoopError, QStashFakeError, UnroutedDeliveryError
 from .fake import FakeQStash
@@ -22,6 +23,7 @@ __all__ = [
     "FakeQStash",
     "Fault",
     "FlowControl",
+    "LifespanError",
     "Message",
     "MessageState",
     "QStashFakeError",

@@ -12,6 +12,7 @@ time with ``real_asyncio=True``).
 from __future__ import annotations
 
 import importlib.util
+import time
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -80,12 +81,17 @@ class FreezegunClock:
         self._freezer: Any = None
         self._factory: Any = None
         self._ms = -1
+        self._offset: timedelta | None = None
 
     def start(self, ms: int) -> None:
         import freezegun
 
+        self._offset = _local_offset(ms)
         self._freezer = freezegun.freeze_time(
             ms_to_datetime(ms),
+            # freezegun's naive now() is UTC plus this offset (UTC by default); the local
+            # zone's offset keeps it what the app would read, as with time-machine.
+            tz_offset=self._offset,
             tick=False,
             real_asyncio=True,
             # pytest times each test with _pytest.timing's perf_counter: the module scan
@@ -100,11 +106,32 @@ class FreezegunClock:
         if self._factory is not None and ms != self._ms:
             self._factory.move_to(ms_to_datetime(ms))
             self._ms = ms
+            self._follow_local_offset(ms)
+
+    def _follow_local_offset(self, ms: int) -> None:
+        """Across a daylight-saving change, swap our entry in freezegun's offset stack
+        (freezegun reads the newest entry; ours is found by identity)."""
+        from freezegun import api
+
+        offset = _local_offset(ms)
+        if offset == self._offset:
+            return
+        for index, entry in enumerate(api.tz_offsets):
+            if entry is self._offset:
+                api.tz_offsets[index] = offset
+                self._offset = offset
+                return
 
     def stop(self) -> None:
         if self._freezer is not None:
             freezer, self._freezer, self._factory = self._freezer, None, None
             freezer.stop()
+
+
+def _local_offset(ms: int) -> timedelta:
+    """The process's local UTC offset at ``ms`` (the real function: freezegun patches
+    ``time.localtime`` only when it is called without an argument)."""
+    return timedelta(seconds=time.localtime(ms / 1000).tm_gmtoff)
 
 
 _TIMERS = ("monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns")
@@ -114,8 +141,6 @@ def _restore_real_timers(freezer: Any) -> None:
     """Undo freezegun's freezing of the timers: in ``time`` itself, and in every module its
     scan rebound (freezegun's own ``stop()`` restores the same originals, so undoing early is
     harmless)."""
-    import time
-
     from freezegun import api
 
     reals = {name: getattr(api, f"real_{name}") for name in _TIMERS if hasattr(api, f"real_{name}")}

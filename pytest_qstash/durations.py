@@ -39,6 +39,8 @@ def parse_duration_ms(value: Duration, *, what: str = "duration") -> int:
 
 
 def _parse_text(text: str, what: str) -> float:
+    if text.startswith("-"):
+        raise ValueError(f"invalid {what} {text!r}: it is negative, and time only moves forward")
     if re.fullmatch(r"\d+(?:\.\d+)?", text):  # a bare number is seconds
         return float(text) * 1000
     pos = 0

@@ -19,9 +19,11 @@ class UnroutedDeliveryError(QStashFakeError):
         self.message_id = message_id
         self.mounts = mounts
         mounted = ", ".join(mounts) if mounts else "nothing is mounted"
+        near = _near_misses(url, mounts)
+        near_text = f" Note: {near}." if near else ""
         super().__init__(
             f"{message_id} is due for {url}, but no mounted app matches that URL "
-            f"({reason}). Mounted: {mounted}. Mount the app with "
+            f"({reason}). Mounted: {mounted}.{near_text} Mount the app with "
             f"qstash.mount({_base_of(url)!r}, app), or answer it with a respx route or a "
             "pytest-httpx response."
         )
@@ -39,3 +41,17 @@ def _base_of(url: str) -> str:
     scheme, _, rest = url.partition("://")
     host = rest.split("/", 1)[0].split("?", 1)[0]
     return f"{scheme}://{host}" if host else url
+
+
+def _near_misses(url: str, mounts: list[str]) -> str:
+    """Mounts for the same host under another scheme or port: the usual slip."""
+    host = _host_of(url)
+    near = [m for m in mounts if _host_of(m) == host and not url.startswith(m)]
+    if not near:
+        return ""
+    return f"{', '.join(near)} is mounted for the same host, under another scheme or port"
+
+
+def _host_of(url: str) -> str:
+    rest = url.partition("://")[2]
+    return rest.split("/", 1)[0].split("?", 1)[0].rsplit(":", 1)[0].lower()

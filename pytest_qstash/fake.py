@@ -23,7 +23,7 @@ from .intercept import DEFAULT_HOSTS, QStashRouter
 from .state.account import Account
 from .state.clock import VirtualClock
 from .state.ids import IdGenerator
-from .state.models import Delivery, DlqEntry, Event, Message, ms_to_datetime
+from .state.models import LATEST_MS, Delivery, DlqEntry, Event, Message, ms_to_datetime
 from .state.queues import Queue
 from .state.retry import DEFAULT_RETRIES
 from .state.schedules import Schedule
@@ -74,6 +74,22 @@ class FakeQStash:
         current_signing_key: str | None = None,
         next_signing_key: str | None = None,
     ) -> None:
+        _check_settings(
+            flags={
+                "freeze_time": freeze_time,
+                "raise_app_exceptions": raise_app_exceptions,
+                "strict": strict,
+            },
+            counts={
+                "default_retries": (default_retries, 0),
+                "max_deliveries_per_instant": (max_deliveries_per_instant, 1),
+                "max_deliveries_per_call": (max_deliveries_per_call, 1),
+            },
+        )
+        if base_urls is not None and (
+            isinstance(base_urls, str) or not all(isinstance(u, str) for u in base_urls)
+        ):
+            raise TypeError(f"invalid base_urls {base_urls!r}: expected a list of URL strings")
         self.freeze_time = freeze_time
         self.raise_app_exceptions = raise_app_exceptions
         self.strict = strict
@@ -117,6 +133,11 @@ class FakeQStash:
             self._app_clock.start(self.clock.now_ms)
             self.router.start()
             self._active = True
+            try:
+                self._sender.start_lifespans()
+            except BaseException:
+                self.stop()  # a failed startup must not leave interception behind
+                raise
         return self
 
     def stop(self) -> None:
@@ -162,20 +183,32 @@ class FakeQStash:
         callable taking an ``httpx.Request``; ``kind`` overrides detection). The longest
         matching base URL wins. Returns ``app``.
 
-        ``lifespan=True`` (ASGI apps) runs the app's lifespan: startup before its first
-        delivery, shutdown when the fake stops; its requests then run on the fake's own
-        event loop thread, in async tests too, next to the resources the lifespan opened.
+        ``lifespan=True`` (ASGI apps) runs the app's lifespan: startup at once (or when the
+        fake starts, if it has not yet), shutdown when the fake stops; its requests then run
+        on the fake's own event loop thread, in async tests too, next to the resources the
+        lifespan opened. A failed startup raises ``LifespanError`` from here.
         """
-        self.mounts.add(base_url, app, kind, lifespan=lifespan)
+        mount = self.mounts.add(base_url, app, kind, lifespan=lifespan)
+        if lifespan and self._active:
+            try:
+                self._sender.start_lifespans()
+            except BaseException:
+                self.mounts.remove(mount.base_url)  # nothing half-mounted stays behind
+                raise
         return app
 
     def unmount(self, base_url: str) -> None:
-        self.mounts.remove(base_url)
+        """Stop delivering to the app at ``base_url``; ``ValueError`` if none is mounted
+        there (a mistyped URL would otherwise leave the app mounted without a word)."""
+        if not self.mounts.remove(base_url):
+            mounted = ", ".join(self.mounts.base_urls) or "nothing"
+            raise ValueError(f"nothing is mounted at {base_url!r}; mounted: {mounted}")
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         """Answer one QStash API request (what the interception calls)."""
         injected = self._faults.intercept(request)
         if injected is not None:
+            api.record_rejection(self.store, request, injected, injected=True)
             return injected
         return api.handle(self.store, request)
 
@@ -257,21 +290,26 @@ class FakeQStash:
         return await self._dispatcher.arun(self._moment(moment))
 
     def next_due(self) -> datetime | None:
-        """When the next delivery or cron firing is due, or None when nothing is pending."""
+        """When the next delivery or cron firing is due, or None when nothing is pending.
+
+        What cannot happen until the test acts is not due: a paused schedule's firings, and
+        the messages held by a paused queue or a paused flow-control key."""
+        earliest: int | None = None
         for event in self.clock.pending():
-            if event.kind == "deliver":
-                live = self.store.is_current(event.target, event.generation) is not None
-            elif event.kind == "cron":
-                schedule = self.store.schedules.get(event.target)
-                live = schedule is not None and schedule.generation == event.generation
-            else:
-                live = True
-            if live:
-                return ms_to_datetime(event.due_ms)
-        return None
+            if earliest is not None and event.due_ms >= earliest:
+                break  # events come in due order: none later can be earlier
+            due = self.store.live_due_ms(event)
+            if due is not None and (earliest is None or due < earliest):
+                earliest = due
+        return None if earliest is None else ms_to_datetime(earliest)
 
     def _target(self, duration: Duration) -> int:
-        return self.clock.now_ms + parse_duration_ms(duration)
+        target = self.clock.now_ms + parse_duration_ms(duration)
+        if target > LATEST_MS:
+            raise ValueError(
+                f"cannot advance by {duration!r}: it would take the clock past the year 9999"
+            )
+        return target
 
     def _moment(self, moment: datetime | str) -> int:
         ms = _start_ms(moment)
@@ -391,9 +429,23 @@ def _refuse_inside_loop(name: str, async_name: str) -> None:
     )
 
 
+def _check_settings(flags: dict[str, object], counts: dict[str, tuple[object, int]]) -> None:
+    """Refuse settings of the wrong kind at once: a marker's ``strict="no"`` is truthy, and
+    ``default_retries=-1`` would make messages nobody could deliver as QStash does."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"invalid {name}={value!r}: expected True or False")
+    for name, (value, least) in counts.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"invalid {name}={value!r}: expected an integer >= {least}")
+
+
 def _start_ms(value: datetime | str | float | None) -> int:
     if value is None:
-        return int(time.time() * 1000)
+        # The real time, to the whole second: the workflow SDK rounds sleep_until targets to
+        # seconds, so a start with milliseconds made `advance("1d")` after a one-day
+        # sleep_until fall short or not depending on the moment the test ran.
+        return int(time.time()) * 1000
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return round(value * 1000)
     if isinstance(value, str):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import httpx
@@ -19,11 +20,43 @@ from respx.models import AllMockedAssertionError, PassThrough
 
 DEFAULT_HOSTS = ("qstash.upstash.io",)
 _REGIONAL = re.compile(r"qstash(-[a-z0-9-]+)?\.upstash\.io")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-def host_of(url: str) -> tuple[str, int | None]:
-    parts = urlsplit(url)
-    return (parts.hostname or "", parts.port)
+@dataclass(frozen=True)
+class ApiBase:
+    """Where a QStash API lives: host, port and an optional path prefix (a proxy's
+    ``https://gateway.example.com/qstash``), which is taken off before routing."""
+
+    host: str
+    port: int
+    prefix: str
+
+    @classmethod
+    def parse(cls, url: str) -> ApiBase:
+        # QSTASH_URL is sometimes set to a bare host; the SDKs would add https:// to nothing,
+        # but reading it as https is the only sensible guess.
+        parts = urlsplit(url if "://" in url else f"https://{url}")
+        if parts.scheme not in _DEFAULT_PORTS or not parts.hostname:
+            raise ValueError(
+                f"not a QStash base URL: {url!r}; expected http(s)://host[:port][/prefix], "
+                "e.g. 'http://127.0.0.1:8080'"
+            )
+        return cls(
+            parts.hostname.lower(),
+            parts.port or _DEFAULT_PORTS[parts.scheme],
+            parts.path.rstrip("/"),
+        )
+
+    def prefix_of(self, url: httpx.URL) -> str | None:
+        """The prefix to strip when this base serves ``url``, else None."""
+        port = url.port or _DEFAULT_PORTS.get(url.scheme)
+        if url.host != self.host or port != self.port:
+            return None
+        path = url.raw_path.decode("ascii").partition("?")[0]
+        if not self.prefix or path == self.prefix or path.startswith(f"{self.prefix}/"):
+            return self.prefix
+        return None
 
 
 class QStashRouter(respx.MockRouter):
@@ -32,18 +65,47 @@ class QStashRouter(respx.MockRouter):
     ) -> None:
         super().__init__(assert_all_called=False, assert_all_mocked=True, using="httpx")
         self._api = api
-        self._extra = {host_of(url) for url in extra_urls if url}
+        self._api_bases = [ApiBase.parse(url) for url in extra_urls if url]
+        self._env_url: str | None = None
+        self._env_base: ApiBase | None = None
 
     def claims(self, request: httpx.Request) -> bool:
-        host = request.url.host
-        if _REGIONAL.fullmatch(host):
-            return True
-        port = request.url.port
-        if (host, port) in self._extra or (host, None) in self._extra:
-            return True
-        # QSTASH_URL is read per request: a test may set it after the fake started.
-        env_url = os.environ.get("QSTASH_URL")
-        return env_url is not None and host_of(env_url) in ((host, port), (host, None))
+        return self._prefix(request) is not None
+
+    def _prefix(self, request: httpx.Request) -> str | None:
+        """The path prefix to take off a request to a QStash API, or None: not ours."""
+        if _REGIONAL.fullmatch(request.url.host):
+            return ""
+        prefixes = [
+            prefix
+            for base in (*self._api_bases, self._qstash_url_base())
+            if base is not None and (prefix := base.prefix_of(request.url)) is not None
+        ]
+        return max(prefixes, key=len) if prefixes else None
+
+    def _qstash_url_base(self) -> ApiBase | None:
+        # Read per request: a test may set QSTASH_URL after the fake started.
+        env_url = os.environ.get("QSTASH_URL") or None
+        if env_url != self._env_url:
+            self._env_url = env_url
+            try:
+                self._env_base = ApiBase.parse(env_url) if env_url else None
+            except ValueError:
+                self._env_base = None  # not a URL: the SDK will fail on it by itself
+        return self._env_base
+
+    def _answer(self, request: httpx.Request, prefix: str) -> httpx.Response:
+        if prefix:
+            raw = request.url.raw_path[len(prefix) :] or b"/"
+            request = httpx.Request(
+                request.method,
+                request.url.copy_with(raw_path=raw),
+                headers=request.headers,
+                content=request.content,
+            )
+        response = self._api(request)
+        self.calls.record(request, response)
+        return response
 
     def start(self) -> None:
         super().start()
@@ -55,20 +117,18 @@ class QStashRouter(respx.MockRouter):
             routers.insert(0, self)
 
     def handler(self, request: httpx.Request) -> httpx.Response:
-        if not self.claims(request):
+        prefix = self._prefix(request)
+        if prefix is None:
             raise self._decline(request)
         request.read()
-        response = self._api(request)
-        self.calls.record(request, response)
-        return response
+        return self._answer(request, prefix)
 
     async def async_handler(self, request: httpx.Request) -> httpx.Response:
-        if not self.claims(request):
+        prefix = self._prefix(request)
+        if prefix is None:
             raise self._decline(request)
         await request.aread()
-        response = self._api(request)
-        self.calls.record(request, response)
-        return response
+        return self._answer(request, prefix)
 
     def _decline(self, request: httpx.Request) -> Exception:
         # Another router on the same mocker decides for itself; alone, we step aside.

@@ -10,10 +10,11 @@ import pytest
 
 from .appclock import LIBRARIES
 from .fake import FakeQStash
-from .report import timeline
+from .report import section
 from .state.account import DEFAULT_ENV
 
 _FAKE_KEY = pytest.StashKey[FakeQStash]()
+_REPORTED_KEY = pytest.StashKey[bool]()
 
 #: Marker keywords and the FakeQStash argument each one sets.
 MARKER_OPTIONS = (
@@ -53,9 +54,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _set_default_env() -> None:
-    # Apps read these at import time, before any fixture runs: set them once, if unset.
+    # Apps read these at import time, before any fixture runs: set them once, if unset. An
+    # empty value counts as unset (CI secrets on forks, `QSTASH_TOKEN=` in a .env file): the
+    # fake would otherwise use its default while the app sends the empty one.
     for name, value in DEFAULT_ENV.items():
-        os.environ.setdefault(name, value)
+        if not os.environ.get(name):
+            os.environ[name] = value
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -121,10 +125,15 @@ def qstash_fake(
             f"the qstash_apps fixture must return a dict {{base_url: app}}, not {apps!r}",
             pytrace=False,
         )
-    fake = FakeQStash(**_settings(request))
+    try:
+        fake = FakeQStash(**_settings(request))
+    except (TypeError, ValueError) as exc:
+        # A bad marker or ini value: say which, without our fixture's traceback.
+        pytest.fail(f"bad qstash setting: {exc}", pytrace=False)
     for base_url, app in apps.items():
         fake.mount(base_url, app)
     request.node.stash[_FAKE_KEY] = fake
+    request.node.stash[_REPORTED_KEY] = False  # a rerun of the test reports afresh
     with fake:
         yield fake
 
@@ -142,7 +151,12 @@ def pytest_runtest_makereport(
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
     fake = item.stash.get(_FAKE_KEY, None)
-    # Only when the fake saw something: an empty timeline is noise in a failure report.
-    used = fake is not None and (fake.store.messages or fake.store.schedules)
-    if fake is not None and used and report.failed and call.when == "call":
-        report.sections.append(("qstash", timeline(fake.store, len(fake.deliveries))))
+    # A failure in setup (a fixture after the fake's), the call or teardown: the section once
+    # per test, from the first failed phase.
+    if fake is None or not report.failed or item.stash.get(_REPORTED_KEY, False):
+        return
+    # None when the fake saw nothing: an empty timeline is noise in a failure report.
+    text = section(fake.store, len(fake.deliveries))
+    if text is not None:
+        item.stash[_REPORTED_KEY] = True
+        report.sections.append(("qstash", text))

@@ -2,73 +2,245 @@
 
 from __future__ import annotations
 
-from .state.models import Message, ms_to_datetime
-from .state.store import Store
+from collections import Counter
+from collections.abc import Sequence
+from typing import TypeVar
 
-_MAX_MESSAGES = 30
+from .state.models import Delivery, Message, ms_to_datetime
+from .state.store import NON_RETRYABLE_STATUS, Store
+
+_T = TypeVar("_T")
+
+# In a runaway the newest messages tell what loops, the first ones how it started.
+_FIRST_MESSAGES = 10
+_LAST_MESSAGES = 20
+_FIRST_ATTEMPTS = 3
+_LAST_ATTEMPTS = 4
+_LAST_REJECTED = 20
+_REFUSED_STATUSES = (400, 401, 403)
+
+
+def section(store: Store, deliveries_total: int) -> str | None:
+    """The report section's text, or None when the fake saw nothing. Never raises: a broken
+    report must not turn a failing test into an INTERNALERROR for the whole session."""
+    try:
+        if not _anything_happened(store):
+            return None
+        return timeline(store, deliveries_total)
+    except Exception as exc:  # any bug here must stay inside the section
+        return f"qstash report failed: {type(exc).__name__}: {exc}"
+
+
+def _anything_happened(store: Store) -> bool:
+    return bool(store.messages or store.schedules or store.workflows.runs or len(store.api_errors))
 
 
 def timeline(store: Store, deliveries_total: int) -> str:
-    lines = [
-        f"virtual time now: {ms_to_datetime(store.clock.now_ms).isoformat()}",
+    now = store.clock.now_ms
+    summary = (
         f"{len(store.messages)} message(s), {deliveries_total} delivery attempt(s), "
-        f"{len(store.dlq)} in the DLQ",
-    ]
-    messages = list(store.messages.values())
-    refused = False
-    for message in messages[:_MAX_MESSAGES]:
-        lines.append(_message_line(message))
-        for delivery in message.deliveries:
-            outcome = (
-                f"-> {delivery.status}" if delivery.status is not None else f"-> {delivery.error}"
-            )
-            detail = ""
-            if delivery.error and delivery.status is not None:
-                detail = f" ({delivery.error})"
-            elif delivery.status is not None and not delivery.ok and delivery.response_content:
-                detail = f" {_short(delivery.response_body)}"
-            lines.append(
-                f"    {delivery.at.isoformat()} attempt retried={delivery.retried} "
-                f"{outcome}{detail}"
-            )
-            refused = refused or delivery.status in (400, 401, 403)
-    if len(messages) > _MAX_MESSAGES:
-        lines.append(f"... and {len(messages) - _MAX_MESSAGES} more message(s)")
+        f"{len(store.dlq)} in the DLQ"
+    )
+    if store.schedules:
+        summary += f", {len(store.schedules)} schedule(s)"
+    if store.api_errors.total:
+        summary += f", {store.api_errors.total} rejected API call(s)"
+    lines = [f"virtual time now: {_when(now)}", summary]
+
+    dlq_ids = {entry.message_id: entry.dlq_id for entry in store.dlq.values()}
+    first, skipped, last = _head_tail(
+        list(store.messages.values()), _FIRST_MESSAGES, _LAST_MESSAGES
+    )
+    for message in first:
+        lines.extend(_message_lines(message, now, dlq_ids.get(message.message_id)))
+    if skipped:
+        lines.append(f"  ... {skipped} more message(s) ...")
+    for message in last:
+        lines.extend(_message_lines(message, now, dlq_ids.get(message.message_id)))
+
+    lines.extend(_schedule_lines(store))
+    lines.extend(_rejected_lines(store))
     for run in store.workflows:
         steps = ", ".join(f"{step.name} ({step.type})" for step in run.steps) or "none yet"
         lines.append(f"  workflow run {run.run_id} at {run.url} {run.state}; steps: {steps}")
-    if refused:
-        lines.append(_SIGNATURE_HINT)
+        if run.state == "RUN_STARTED" and _stalled_at_a_plain_endpoint(run.messages):
+            lines.append(
+                "    stalled: the last delivery was answered 2xx without "
+                "Upstash-Workflow-Sdk-Version and nothing is pending: is that URL a workflow "
+                "route (serve())?"
+            )
+
+    hint = _signature_hint(store)
+    if hint:
+        lines.append(hint)
     return "\n".join(lines)
 
 
-# A refused delivery is most often a signature the app could not verify.
-_SIGNATURE_HINT = (
-    "hint: a delivery was refused (400/401/403). If the app verifies Upstash-Signature: the "
-    "token's `sub` is the exact URL called (scheme, host, path and query: pass that URL to "
-    "Receiver.verify), it is signed with QSTASH_CURRENT_SIGNING_KEY as the fake reads it, and "
-    "its iat/exp follow qstash.now (the app's clock too, unless freeze_time=False). An "
-    "Upstash Workflow route also answers 400 when its route function returns before reaching "
-    "any step."
-)
+def _stalled_at_a_plain_endpoint(messages: Sequence[Message]) -> bool:
+    """A run whose messages are all done, the last one answered 2xx by something that is
+    not a workflow route (a workflow route always answers with its SDK version)."""
+    if not messages or not all(m.done for m in messages):
+        return False
+    deliveries = messages[-1].deliveries
+    last = deliveries[-1] if deliveries else None
+    return (
+        last is not None
+        and last.ok
+        and "upstash-workflow-sdk-version" not in last.response_headers
+        and messages[-1].callback_for is None
+    )
 
 
-def _message_line(message: Message) -> str:
+def _message_lines(message: Message, now_ms: int, dlq_id: str | None) -> list[str]:
     extras = []
     if message.queue:
         extras.append(f"queue={message.queue}")
     if message.url_group:
         extras.append(f"url_group={message.url_group}")
+    if message.schedule_id:
+        extras.append(f"schedule={message.schedule_id}")
     if message.callback_for:
-        extras.append(f"callback for {message.callback_for}")
+        kind = "failure callback" if message.is_failure_callback else "callback"
+        extras.append(f"{kind} for {message.callback_for}")
     extra = f" [{', '.join(extras)}]" if extras else ""
-    return (
-        f"  {message.message_id} {message.method} {message.url} {message.state} "
-        f"retried={message.retried}/{message.max_retries} "
-        f"due={message.not_before.isoformat()}{extra} body={_short(message.body)}"
+    # Once a message is finished its not-before is only its last attempt's time: noise.
+    waiting = message.state in ("CREATED", "RETRY") or (
+        not message.done and message.not_before_ms > now_ms
     )
+    due = f" due={_when(message.not_before_ms)}" if waiting else ""
+    dlq = f" dlq_id={dlq_id}" if dlq_id else ""
+    lines = [
+        f"  {message.message_id} {message.method} {message.url} {message.state} "
+        f"retried={message.retried}/{message.max_retries}{due}{dlq}{extra} "
+        f"body={_short(message.body)}"
+    ]
+    first, skipped, last = _head_tail(message.deliveries, _FIRST_ATTEMPTS, _LAST_ATTEMPTS)
+    lines.extend(_attempt_line(delivery) for delivery in first)
+    if skipped:
+        lines.append(f"    ... {skipped} more attempt(s) ...")
+    lines.extend(_attempt_line(delivery) for delivery in last)
+    return lines
+
+
+def _attempt_line(delivery: Delivery) -> str:
+    if delivery.status is None:
+        outcome = f"-> {delivery.error}"
+    elif delivery.error:
+        outcome = f"-> {delivery.status} ({delivery.error})"
+    elif not delivery.ok and delivery.response_content:
+        outcome = f"-> {delivery.status} {_short(delivery.response_body, 160)}"
+    else:
+        outcome = f"-> {delivery.status}"
+    if _non_retryable(delivery):
+        outcome += " non-retryable (489 + Upstash-NonRetryable-Error)"
+    return f"    {_when(delivery.at_ms)} attempt retried={delivery.retried} {outcome}"
+
+
+def _non_retryable(delivery: Delivery) -> bool:
+    # The same test the store applies when it decides not to retry.
+    flag = delivery.response_headers.get("upstash-nonretryable-error", "")
+    return delivery.status == NON_RETRYABLE_STATUS and flag.lower() == "true"
+
+
+def _schedule_lines(store: Store) -> list[str]:
+    if not store.schedules:
+        return []
+    produced = Counter(m.schedule_id for m in store.messages.values() if m.schedule_id)
+    lines = ["schedules:"]
+    for schedule in store.schedules.values():
+        state = "paused" if schedule.paused else f"next_run={_when(schedule.next_ms)}"
+        error = f" error={_short(schedule.error)}" if schedule.error else ""
+        lines.append(
+            f"  {schedule.schedule_id} {schedule.method} {schedule.destination} "
+            f"cron={schedule.cron!r} {state} "
+            f"produced {produced[schedule.schedule_id]} message(s){error}"
+        )
+    return lines
+
+
+def _rejected_lines(store: Store) -> list[str]:
+    calls = list(store.api_errors)
+    if not calls:
+        return []
+    shown = calls[-_LAST_REJECTED:]
+    lines = ["rejected API calls (the app got an error answer):"]
+    earlier = store.api_errors.total - len(shown)
+    if earlier:
+        lines.append(f"  ... {earlier} earlier rejected call(s) not shown ...")
+    for call in shown:
+        injected = " (injected by fail_next)" if call.injected else ""
+        lines.append(
+            f"  {_when(call.at_ms)} {call.method} {_clip(call.path, 100)} -> {call.status} "
+            f"{_short(call.error, 160)}{injected}"
+        )
+    return lines
+
+
+def _signature_hint(store: Store) -> str | None:
+    refused = signature_error = False
+    for message in store.messages.values():
+        for delivery in message.deliveries:
+            refused = refused or delivery.status in _REFUSED_STATUSES
+            signature_error = (
+                signature_error
+                or _raised_signature_error(delivery)
+                or _WORKFLOW_SIGNATURE_REFUSAL in delivery.response_content
+            )
+    if not (refused or signature_error):
+        return None
+    causes = []
+    if refused:
+        causes.append("a delivery was refused (400/401/403)")
+    if signature_error:
+        causes.append("the app could not verify a delivery's signature")
+    hint = f"hint: {' and '.join(causes)}. {_SIGNATURE_HINT}"
+    if refused:
+        hint += " " + _WORKFLOW_HINT
+    return hint
+
+
+# What upstash-workflow's serve() answers (a 500) when the signature does not verify.
+_WORKFLOW_SIGNATURE_REFUSAL = b"Failed to verify that the Workflow request comes from QStash"
+
+
+def _raised_signature_error(delivery: Delivery) -> bool:
+    # qstash.Receiver raises qstash.errors.SignatureError; matched by name, so an app's own
+    # exception of that name (or a subclass of the SDK's) counts too.
+    if delivery.exception is not None:
+        return any(cls.__name__ == "SignatureError" for cls in type(delivery.exception).__mro__)
+    return (delivery.error or "").startswith("SignatureError:")
+
+
+_SIGNATURE_HINT = (
+    "If the app verifies Upstash-Signature: the token's `sub` is the exact URL called (scheme, "
+    "host, path and query: pass that URL to Receiver.verify), it is signed with "
+    "QSTASH_CURRENT_SIGNING_KEY as the fake reads it, and its iat/exp follow qstash.now (the "
+    "app's clock too, unless freeze_time=False)."
+)
+_WORKFLOW_HINT = (
+    "An Upstash Workflow route also answers 400 when its route function returns before "
+    "reaching any step."
+)
+
+
+def _when(ms: int) -> str:
+    """ISO 8601, or the raw milliseconds when the time is beyond what datetime can show."""
+    try:
+        return ms_to_datetime(ms).isoformat()
+    except (OverflowError, ValueError, OSError):
+        return f"{ms}ms-since-epoch (out of datetime's range)"
+
+
+def _head_tail(items: Sequence[_T], head: int, tail: int) -> tuple[list[_T], int, list[_T]]:
+    """The first ``head`` and last ``tail`` items, and how many lie between them."""
+    if len(items) <= head + tail:
+        return list(items), 0, []
+    return list(items[:head]), len(items) - head - tail, list(items[-tail:])
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _short(text: str, limit: int = 80) -> str:
-    text = text.replace("\n", " ")
-    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+    return repr(_clip(text.replace("\n", " "), limit))

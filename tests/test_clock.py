@@ -42,7 +42,9 @@ def test_now_starts_at_the_real_time_and_is_aware_utc() -> None:
 
     assert fake.now.tzinfo is not None
     assert fake.now.utcoffset() == timedelta(0)
-    assert before - timedelta(milliseconds=1) <= fake.now <= after
+    # The real time, to the whole second (so whole-second sleeps land on whole seconds).
+    assert before.replace(microsecond=0) <= fake.now <= after
+    assert fake.now.microsecond == 0
 
 
 @at_start
@@ -109,9 +111,18 @@ def test_advance_bad_duration_names_the_units(qstash: FakeQStash, bad: str) -> N
 @pytest.mark.parametrize("negative", [-1, -0.5, "-5s", timedelta(seconds=-1)])
 def test_time_never_goes_backwards(qstash: FakeQStash, negative: str | float | timedelta) -> None:
     before = qstash.now
-    with pytest.raises(ValueError, match=r"negative|invalid"):
+    with pytest.raises(ValueError, match=r"it is negative, and time only moves forward"):
         qstash.advance(negative)
     assert qstash.now == before
+
+
+@pytest.mark.parametrize("far", [1e12, "3000000000d", timedelta(days=3_000_000)])
+def test_advance_beyond_the_year_9999_is_refused(qstash: FakeQStash, far: object) -> None:
+    before = qstash.now
+    with pytest.raises(ValueError, match=r"past the year 9999"):
+        qstash.advance(far)  # type: ignore[arg-type]
+    assert qstash.now == before
+    assert repr(qstash)  # the fake is still whole
 
 
 @pytest.mark.parametrize("bad", [float("inf"), float("nan"), True])
@@ -340,3 +351,28 @@ _TZ_AT_IMPORT = os.environ.get("TZ")
 def test_the_process_time_zone_is_left_alone(qstash: FakeQStash) -> None:
     # Only the instant moves: an app formatting local times keeps its own zone.
     assert os.environ.get("TZ") == _TZ_AT_IMPORT
+
+
+@pytest.fixture
+def new_york(monkeypatch: pytest.MonkeyPatch) -> object:
+    """The process in New York's time zone for one test (TZ is read by tzset)."""
+    if not hasattr(time, "tzset"):
+        pytest.skip("time.tzset is Unix-only")
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.parametrize("library", ["freezegun", "time-machine"])
+def test_the_apps_local_time_follows_the_zone_and_its_dst(new_york: object, library: str) -> None:
+    # Naive datetime.now() is local time, whichever library moves the clock; 2026-03-08 is
+    # New York's spring-forward day, so the offset changes during the advance.
+    with FakeQStash(start="2026-03-07T12:00:00Z", time_library=library) as fake:
+        assert datetime.now() == datetime(2026, 3, 7, 7, 0)
+        assert datetime.now().astimezone() == fake.now
+        fake.advance("2d")
+        assert datetime.now() == datetime(2026, 3, 9, 8, 0)
+        assert datetime.now().astimezone().utcoffset() == timedelta(hours=-4)
+        assert datetime.now().astimezone() == fake.now

@@ -165,6 +165,39 @@ def test_longest_mount_wins(qstash: FakeQStash, client: QStash) -> None:
     assert deliveries[2].response_body == "api"
 
 
+@pytest.mark.parametrize("spelled", ["https://Shop.Example.com", "https://shop.example.com:443"])
+def test_a_mount_url_is_read_as_delivery_urls_are(
+    qstash: FakeQStash, client: QStash, spelled: str
+) -> None:
+    # Host case and the default port do not make another base URL.
+    seen: list[str] = []
+    qstash.mount(spelled, lambda request: seen.append(str(request.url)))
+    publish(client, "https://shop.example.com/orders", "x")
+
+    [delivery] = qstash.tick()
+
+    assert delivery.status == 200
+    assert seen == ["https://shop.example.com/orders"]
+    qstash.unmount(spelled)
+    assert qstash.mounts.base_urls == []
+    with pytest.raises(ValueError, match=r"nothing is mounted at 'https://shop\.example\.com'"):
+        qstash.unmount("https://shop.example.com")
+
+
+def test_an_unrouted_url_points_at_a_mount_under_another_scheme(
+    qstash: FakeQStash, client: QStash
+) -> None:
+    qstash.mount("https://jobs.example.com", lambda request: None)
+    publish(client, "http://jobs.example.com/run", "x")
+
+    with pytest.raises(UnroutedDeliveryError) as info:
+        qstash.tick()
+
+    assert "https://jobs.example.com is mounted for the same host, under another scheme" in str(
+        info.value
+    )
+
+
 def test_plain_callable_mounts(qstash: FakeQStash, client: QStash) -> None:
     seen: list[httpx.Request] = []
 
@@ -215,6 +248,49 @@ def test_unmounted_url_answered_by_users_respx_route(
     assert sent.content == b"to partner"
     assert sent.headers["upstash-message-id"] == message_id
     assert claims(sent.headers["upstash-signature"])["sub"] == "https://partner.test/hook"
+
+
+def test_a_bug_in_a_respx_side_effect_is_raised_not_taken_for_the_network(
+    qstash: FakeQStash, client: QStash, respx_mock: respx.MockRouter
+) -> None:
+    def partner(request: httpx.Request) -> httpx.Response:
+        raise KeyError("order_id")  # the test's own stand-in is broken
+
+    respx_mock.post("https://partner.test/hook").mock(side_effect=partner)
+    publish(client, "https://partner.test/hook", "to partner")
+
+    with pytest.raises(KeyError, match="order_id"):
+        qstash.tick()
+    [delivery] = qstash.deliveries
+    assert delivery.status == 500  # recorded as a failed attempt, as an app's exception is
+
+
+def test_a_network_error_from_a_respx_side_effect_is_a_failed_attempt(
+    qstash: FakeQStash, client: QStash, respx_mock: respx.MockRouter
+) -> None:
+    respx_mock.post("https://partner.test/hook").mock(side_effect=httpx.ConnectTimeout)
+    publish(client, "https://partner.test/hook", "to partner")
+
+    [delivery] = qstash.tick()
+
+    assert delivery.status is None
+    assert delivery.error is not None
+    assert delivery.error.startswith("ConnectTimeout")
+
+
+def test_nothing_listening_on_loopback_says_to_mount(qstash: FakeQStash, client: QStash) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    publish(client, f"http://127.0.0.1:{port}/hook", "x")
+
+    [delivery] = qstash.tick()
+
+    assert delivery.status is None
+    assert f"nothing listens at http://127.0.0.1:{port}" in (delivery.error or "")
+    assert "qstash.mount(" in (delivery.error or "")
 
 
 @pytest.mark.asyncio
@@ -443,6 +519,39 @@ def test_many_independent_messages_due_at_once_are_no_runaway(
         [{"url": f"{BASE}/{n}", "body": str(n)} for n in range(50)]  # type: ignore[typeddict-item]
     )
     assert len(qstash.tick()) == 50
+
+
+@pytest.mark.qstash(max_deliveries_per_instant=40)
+def test_a_fan_out_that_feeds_itself_is_a_runaway(qstash: FakeQStash, client: QStash) -> None:
+    # Each delivery publishes two more at once: the chains stay short (about log2 of the
+    # deliveries), but the cascade never ends; it must stop at the limit, not at max per call.
+    republisher = QStash(os.environ["QSTASH_TOKEN"], retry=False)
+
+    def twice(request: httpx.Request) -> None:
+        for _ in range(2):
+            republisher.message.publish(url=str(request.url), body=request.content)
+
+    qstash.mount(BASE, twice)
+    publish(client, f"{BASE}/split")
+
+    with pytest.raises(DeliveryLoopError, match="40 deliveries at the virtual instant"):
+        qstash.tick()
+    assert len(qstash.deliveries) == 40  # the first one, then 39 of its cascade
+
+
+@pytest.mark.qstash(max_deliveries_per_instant=40)
+def test_a_wide_fan_out_that_ends_is_no_runaway(qstash: FakeQStash, client: QStash) -> None:
+    republisher = QStash(os.environ["QSTASH_TOKEN"], retry=False)
+
+    def fan_out(request: httpx.Request) -> None:
+        if request.url.path == "/start":
+            for n in range(30):
+                republisher.message.publish(url=f"{BASE}/leaf/{n}", body=b"leaf")
+
+    qstash.mount(BASE, fan_out)
+    publish(client, f"{BASE}/start")
+
+    assert len(qstash.tick()) == 31
 
 
 def test_runaway_cascade_default_limit(qstash: FakeQStash, client: QStash) -> None:

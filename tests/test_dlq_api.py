@@ -377,3 +377,12 @@ def test_binary_response_body_is_kept_as_base64(qstash: FakeQStash, client: QSta
     assert entry.response_body is None
     assert entry.response_body_base64 == "//4Ab29wcw=="
     assert qstash.dlq[0].response_content == b"\xff\xfe\x00oops"
+
+
+def test_the_workflow_dlq_listing_is_named_as_not_served(qstash: FakeQStash) -> None:
+    # What the TypeScript workflow client sends: not a bad filter, an unserved feature.
+    response = raw(qstash, "GET", "/v2/dlq?source=workflow")
+
+    assert response.status_code == 501
+    assert "source=workflow" in response.json()["error"]
+    assert "not implemented" in response.json()["error"]

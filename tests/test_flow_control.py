@@ -1,10 +1,12 @@
-"""Flow control through the real SDK: rate limits on virtual time, pause, pin, reset."""
+"""Flow control through the real SDK: rate limits on virtual time, pause, pin, reset, the
+values refused; and what ``next_due()`` reports for messages a key or a queue holds."""
 
 from __future__ import annotations
 
 import os
 from datetime import datetime, timedelta, timezone
 
+import httpx
 import pytest
 from qstash import AsyncQStash, QStash
 from qstash.errors import QStashError
@@ -135,3 +137,108 @@ async def test_async_rate_limit(qstash: FakeQStash, hits: list[datetime]) -> Non
     await qstash.aadvance("25s")
     assert hits == [START, START + timedelta(seconds=10), START + timedelta(seconds=20)]
     assert (await client.flow_control.get("k")).wait_list_size == 0
+
+
+# -- refused values ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("flow", "fragment"),
+    [
+        ({"key": "k", "rate": 0}, "rate must be a whole number of at least 1"),
+        ({"key": "k", "parallelism": 0}, "parallelism must be a whole number of at least 1"),
+        ({"key": "k", "rate": -1}, "rate must be a whole number of at least 1"),
+        ({"key": "", "rate": 1}, "invalid Upstash-Flow-Control-Key ''"),
+        ({"key": "k", "rate": 1, "period": "8d"}, "period must be a duration from 1s to 7d"),
+        ({"key": "k", "rate": 1, "period": 604801}, "period must be a duration from 1s to 7d"),
+        ({"key": "k", "rate": 1, "period": "0s"}, "period must be a duration from 1s to 7d"),
+        ({"key": "k", "rate": 1, "period": "soon"}, "period must be a duration from 1s to 7d"),
+    ],
+)
+def test_invalid_flow_control_is_refused_at_publish(
+    qstash: FakeQStash, client: QStash, flow: dict[str, object], fragment: str
+) -> None:
+    with pytest.raises(QStashError, match="400") as info:
+        client.message.publish(url="https://api.test/x", flow_control=flow)  # type: ignore[arg-type]
+    assert fragment in str(info.value)
+    # The refusal says what is accepted.
+    assert "parallelism=<int >= 1>, rate=<int >= 1>, period=<duration from 1s to 7d>" in str(
+        info.value
+    )
+    assert qstash.messages == []
+
+
+def test_invalid_flow_control_is_refused_on_a_schedule(qstash: FakeQStash, client: QStash) -> None:
+    with pytest.raises(QStashError, match="rate must be a whole number of at least 1"):
+        client.schedule.create(
+            destination="https://api.test/x", cron="* * * * *", flow_control={"key": "k", "rate": 0}
+        )
+    assert qstash.schedules == []
+
+
+def test_a_flow_control_value_without_a_key_is_refused(qstash: FakeQStash) -> None:
+    response = httpx.post(
+        "https://qstash.upstash.io/v2/publish/https://api.test/x",
+        headers={
+            "Authorization": f"Bearer {os.environ['QSTASH_TOKEN']}",
+            "Upstash-Flow-Control-Value": "rate=1",
+        },
+    )
+    assert response.status_code == 400
+    assert "needs an Upstash-Flow-Control-Key" in response.json()["error"]
+
+
+def test_a_one_week_period_is_the_longest_taken(
+    qstash: FakeQStash, client: QStash, hits: list[datetime]
+) -> None:
+    publish(client, 1, rate=1, period="7d")
+    assert qstash.messages[0].flow_control is not None
+    assert qstash.messages[0].flow_control.period == 7 * 24 * 3600
+    qstash.tick()
+
+    with pytest.raises(QStashError, match="at most 604800"):
+        client.flow_control.pin("partner-api", {"rate": 1, "period": 604801})
+    # A refused pin changes nothing.
+    assert client.flow_control.get("partner-api").is_pinned_rate is False
+
+
+# -- what next_due() reports for held messages ------------------------------------------------
+@pytest.mark.qstash(start=START)
+def test_next_due_skips_messages_held_by_a_paused_key(
+    qstash: FakeQStash, client: QStash, hits: list[datetime]
+) -> None:
+    client.flow_control.pause("partner-api")
+    publish(client, 1, parallelism=1)
+
+    assert qstash.next_due() is None
+
+    client.flow_control.resume("partner-api")
+    assert qstash.next_due() == START
+    assert len(qstash.tick()) == 1
+
+
+@pytest.mark.qstash(start=START)
+def test_next_due_of_a_message_over_its_rate_is_the_next_period(
+    qstash: FakeQStash, client: QStash, hits: list[datetime]
+) -> None:
+    publish(client, 1, rate=1, period="1m")
+    qstash.tick()
+    publish(client, 1, rate=1, period="1m")
+
+    assert qstash.next_due() == START + timedelta(minutes=1)
+    assert qstash.tick() == []
+    assert [d.at for d in qstash.advance("1m")] == [START + timedelta(minutes=1)]
+
+
+@pytest.mark.qstash(start=START)
+def test_next_due_skips_messages_waiting_in_a_paused_queue(
+    qstash: FakeQStash, client: QStash, hits: list[datetime]
+) -> None:
+    client.queue.upsert("jobs", parallelism=1, paused=True)
+    client.message.enqueue(queue="jobs", url="https://api.test/job", body="1")
+
+    assert qstash.next_due() is None
+    assert qstash.advance("1d") == []
+
+    client.queue.resume("jobs")
+    assert qstash.next_due() == START + timedelta(days=1)
+    assert len(qstash.tick()) == 1
+    assert qstash.next_due() is None

@@ -155,6 +155,58 @@ def test_extra_base_urls_from_the_marker(qstash: FakeQStash) -> None:
     assert [m.body for m in qstash.messages] == ["local"]
 
 
+@pytest.mark.parametrize(
+    ("configured", "client_url"),
+    [
+        ("https://qstash.internal.test:443", "https://qstash.internal.test"),
+        ("https://qstash.internal.test", "https://qstash.internal.test:443"),
+        ("http://qstash.internal.test:80", "http://qstash.internal.test"),
+    ],
+)
+def test_an_explicit_default_port_is_the_same_base(
+    monkeypatch: pytest.MonkeyPatch, configured: str, client_url: str
+) -> None:
+    monkeypatch.setenv("QSTASH_URL", configured)
+    with FakeQStash() as fake, respx.mock(assert_all_called=False) as network:
+        escaped = network.route().respond(599)  # stands in for the real network
+        QStash(token(), base_url=client_url, retry=False).message.publish(
+            url=f"{APP}/x", body="default port"
+        )
+
+    assert not escaped.called
+    assert [m.body for m in fake.messages] == ["default port"]
+
+
+@pytest.mark.qstash(base_urls=["http://127.0.0.1"])
+def test_a_base_url_without_port_does_not_claim_other_ports(qstash: FakeQStash) -> None:
+    # http://127.0.0.1 is port 80: a loopback server of the test's on another port is not ours.
+    with respx.mock() as router:
+        server = router.get("http://127.0.0.1:8123/health").respond(200, text="up")
+        assert httpx.get("http://127.0.0.1:8123/health").text == "up"
+    assert server.called
+    assert qstash.messages == []
+
+
+@pytest.mark.qstash(base_urls=["https://gateway.test/qstash"])
+def test_a_base_url_with_a_path_prefix(qstash: FakeQStash) -> None:
+    gateway = QStash(token(), base_url="https://gateway.test/qstash", retry=False)
+
+    gateway.message.publish(url=f"{APP}/x", body="through the gateway")
+    [message] = qstash.messages
+    assert gateway.message.get(message.message_id).body == "through the gateway"
+
+    # Other paths on the gateway's host are not QStash's.
+    with respx.mock() as router:
+        other = router.get("https://gateway.test/other-service").respond(200, text="other")
+        assert httpx.get("https://gateway.test/other-service").text == "other"
+    assert other.called
+
+
+def test_a_bad_base_url_is_refused_at_once() -> None:
+    with pytest.raises(ValueError, match="not a QStash base URL"):
+        FakeQStash(base_urls=["ftp://qstash.test"])
+
+
 def test_lookalike_hosts_are_not_intercepted(qstash: FakeQStash) -> None:
     with respx.mock() as router:
         lookalike = router.post(host="qstash.upstash.io.evil.test").respond(200, json={})

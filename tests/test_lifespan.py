@@ -1,4 +1,4 @@
-"""ASGI lifespan for mounted apps: startup before the first delivery, shutdown at stop."""
+"""ASGI lifespan for mounted apps: startup at mount (or when the fake starts), shutdown at stop."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ import pytest
 from fastapi import FastAPI, Request
 from qstash import AsyncQStash, QStash
 from starlette.applications import Starlette
+from starlette.requests import Request as StarletteRequest
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
 
-from pytest_qstash import FakeQStash
+from pytest_qstash import FakeQStash, LifespanError, QStashFakeError, UnroutedDeliveryError
 
 BASE = "https://life.test"
 
@@ -42,7 +45,7 @@ def test_lifespan_runs_once_around_deliveries() -> None:
     with FakeQStash() as qstash:
         qstash.mount(BASE, app, lifespan=True)
         client = QStash(os.environ["QSTASH_TOKEN"], retry=False)
-        assert events == []  # nothing starts before it is needed
+        assert events == ["startup"]  # at mount, as a server starts the app before serving
 
         client.message.publish(url=f"{BASE}/job", body="one")
         client.message.publish(url=f"{BASE}/job", body="two")
@@ -78,17 +81,49 @@ async def test_lifespan_app_in_an_async_test() -> None:
     assert events == ["startup", "shutdown"]
 
 
-def test_failed_startup_is_raised_from_tick(qstash: FakeQStash, client: QStash) -> None:
+def test_failed_startup_is_raised_from_mount(qstash: FakeQStash, client: QStash) -> None:
     @asynccontextmanager
     async def broken(app: Starlette) -> AsyncIterator[None]:
         raise RuntimeError("database unreachable")
         yield  # pragma: no cover
 
-    qstash.mount(BASE, Starlette(lifespan=broken), lifespan=True)
+    with pytest.raises(LifespanError) as info:
+        qstash.mount(BASE, Starlette(lifespan=broken), lifespan=True)
+
+    # One line saying what failed; the app's own exception, with its traceback, is the cause.
+    assert str(info.value) == (
+        f"startup of the app at {BASE} failed: RuntimeError: database unreachable"
+    )
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert isinstance(info.value, QStashFakeError)
+    assert qstash.mounts.base_urls == []  # nothing half-mounted
     client.message.publish(url=f"{BASE}/job", body="x")
-    with pytest.raises(RuntimeError, match="database unreachable"):
+    with pytest.raises(UnroutedDeliveryError):
         qstash.tick()
-    assert qstash.messages[0].state == "RETRY"  # not lost: retried like any failed attempt
+    assert qstash.messages[0].state == "CREATED"  # not lost
+
+
+def test_schedules_created_at_startup_exist_before_the_test_moves_time() -> None:
+    # A common pattern: the app registers its crons when it starts.
+    fired: list[str] = []
+
+    @asynccontextmanager
+    async def register(app: Starlette) -> AsyncIterator[None]:
+        client = QStash(os.environ["QSTASH_TOKEN"], retry=False)
+        client.schedule.create(destination=f"{BASE}/nightly", cron="0 3 * * *")
+        yield
+
+    async def nightly(request: StarletteRequest) -> PlainTextResponse:
+        fired.append(request.url.path)
+        return PlainTextResponse("ok")
+
+    app = Starlette(lifespan=register, routes=[Route("/nightly", nightly, methods=["POST"])])
+    fake = FakeQStash(start="2026-01-01T00:00:00Z")
+    fake.mount(BASE, app, lifespan=True)  # before the fake starts: started with it
+    with fake:
+        assert len(fake.schedules) == 1
+        fake.advance("2d")
+    assert fired == ["/nightly", "/nightly"]
 
 
 def test_lifespan_needs_an_asgi_app(qstash: FakeQStash) -> None:

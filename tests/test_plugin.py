@@ -32,11 +32,16 @@ def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
 
 
 # -- environment before collection -------------------------------------------------------------
+@pytest.mark.parametrize("before", ["unset", "empty"])
 def test_env_is_set_before_collection(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, before: str
 ) -> None:
+    # Empty counts as unset: CI secrets on forks and `QSTASH_TOKEN=` lines in .env files.
     for name in ENV_NAMES:
-        monkeypatch.delenv(name, raising=False)
+        if before == "empty":
+            monkeypatch.setenv(name, "")
+        else:
+            monkeypatch.delenv(name, raising=False)
     pytester.makepyfile(
         """
         import os
@@ -197,6 +202,22 @@ def test_nearest_marker_wins(pytester: pytest.Pytester) -> None:
             "*unknown @pytest.mark.qstash option(s) [[]'frezze_time']: expected some of start,*",
         ),
         ("@pytest.mark.qstash(True)", "*@pytest.mark.qstash takes keyword arguments only*"),
+        (
+            "@pytest.mark.qstash(default_retries=-1)",
+            "*bad qstash setting: invalid default_retries=-1: expected an integer >= 0*",
+        ),
+        (
+            '@pytest.mark.qstash(strict="no")',
+            "*bad qstash setting: invalid strict='no': expected True or False*",
+        ),
+        (
+            "@pytest.mark.qstash(max_deliveries_per_instant=0)",
+            "*bad qstash setting: invalid max_deliveries_per_instant=0: expected an integer >= 1*",
+        ),
+        (
+            "@pytest.mark.qstash(start='next tuesday')",
+            "*bad qstash setting: invalid moment 'next tuesday'*",
+        ),
     ],
 )
 def test_bad_marker_is_a_clear_usage_error(
@@ -357,9 +378,9 @@ def test_failing_test_shows_the_qstash_section(pytester: pytest.Pytester) -> Non
             "*- qstash -*",
             "virtual time now: 2026-01-01T00:00:00+00:00",
             "2 message(s), 2 delivery attempt(s), 1 in the DLQ",
-            "  msg_* POST https://app.test/ok DELIVERED retried=0/3 * body='fine'",
+            "  msg_* POST https://app.test/ok DELIVERED retried=0/3 body='fine'",
             "    2026-01-01T00:00:00+00:00 attempt retried=0 -> 200",
-            "  msg_* POST https://app.test/fail FAILED retried=0/0 * body='broken'",
+            "  msg_* POST https://app.test/fail FAILED retried=0/0 dlq_id=* body='broken'",
             "    2026-01-01T00:00:00+00:00 attempt retried=0 -> 500 'from the app'",
         ]
     )

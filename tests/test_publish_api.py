@@ -563,6 +563,28 @@ def test_bad_option_header_is_400_naming_it(qstash: FakeQStash, header: str, val
     assert qstash.messages == []
 
 
+def test_bad_duration_header_names_units_not_python_types(qstash: FakeQStash) -> None:
+    response = raw("POST", f"/v2/publish/{APP}/x", headers={"Upstash-Delay": "7x"}, content=b"x")
+
+    error = response.json()["error"]
+    assert "units: ms, s, m, h, d" in error
+    assert "timedelta" not in error
+
+
+def test_times_after_the_year_9999_are_refused(qstash: FakeQStash, client: QStash) -> None:
+    # The usual mistake: a not-before in milliseconds where QStash takes unix seconds.
+    in_a_minute_ms = ms(qstash.now) + 60_000
+    with pytest.raises(QStashError, match="400") as info:
+        client.message.publish(url=f"{APP}/x", body="x", not_before=in_a_minute_ms)
+    assert "Upstash-Not-Before" in str(info.value)
+    assert "milliseconds" in str(info.value)
+
+    with pytest.raises(QStashError, match="Upstash-Delay"):
+        client.message.publish(url=f"{APP}/x", body="x", delay="3000000000d")
+    assert qstash.messages == []
+    assert qstash.next_due() is None
+
+
 def test_bad_option_through_the_sdk(qstash: FakeQStash, client: QStash) -> None:
     with pytest.raises(QStashError, match="400") as info:
         client.message.publish(url=f"{APP}/x", body="x", delay="7x")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import pytest
 
 
@@ -80,4 +83,384 @@ def test_workflow_runs_are_listed_with_their_steps(pytester: pytest.Pytester) ->
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         ["*workflow run wfr_* at https://app.test/flow RUN_SUCCESS; steps: double (Run)"]
+    )
+
+
+def _run(pytester: pytest.Pytester, source: str) -> pytest.RunResult:
+    pytester.makepyfile(source)
+    # Without hypothesis' plugin: it would re-import hypothesis for every inner run (pytester
+    # restores sys.modules after each), a second each for nothing these suites use.
+    return pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:hypothesispytest",
+        "-o",
+        "asyncio_default_fixture_loop_scope=function",
+    )
+
+
+def test_a_fixture_failing_after_the_fake_was_used_gets_the_section(
+    pytester: pytest.Pytester,
+) -> None:
+    result = _run(
+        pytester,
+        """
+        import os
+
+        import pytest
+        from qstash import QStash
+
+
+        @pytest.fixture
+        def seeded(qstash):
+            QStash(os.environ["QSTASH_TOKEN"]).message.publish(url="https://app.test/seed")
+            raise RuntimeError("fixture broke")
+
+
+        def test_uses_seeded(seeded):
+            pass
+        """,
+    )
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*- qstash -*", "*msg_* POST https://app.test/seed CREATED*"])
+
+
+def test_a_failing_teardown_gets_the_section_once_per_test(pytester: pytest.Pytester) -> None:
+    result = _run(
+        pytester,
+        """
+        import os
+
+        import pytest
+        from qstash import QStash
+
+
+        @pytest.fixture
+        def breaks_at_teardown(qstash):
+            yield
+            raise RuntimeError("teardown broke")
+
+
+        def test_only_teardown_fails(breaks_at_teardown, qstash):
+            QStash(os.environ["QSTASH_TOKEN"]).message.publish(url="https://app.test/one")
+
+
+        def test_call_and_teardown_fail(breaks_at_teardown, qstash):
+            QStash(os.environ["QSTASH_TOKEN"]).message.publish(url="https://app.test/two")
+            assert False
+        """,
+    )
+    result.assert_outcomes(passed=1, failed=1, errors=2)
+    out = result.stdout.str()
+    # One section each: at teardown for the first; at the call (not again at teardown) for
+    # the second.
+    assert out.count("- qstash -") == 2
+    assert out.count("https://app.test/one CREATED") == 1
+    assert out.count("https://app.test/two CREATED") == 1
+
+
+def test_a_rejected_publish_the_app_swallowed_is_listed(pytester: pytest.Pytester) -> None:
+    result = _run(
+        pytester,
+        """
+        import os
+
+        from qstash import QStash
+        from qstash.errors import QStashError
+
+
+        def test_signup(qstash):
+            client = QStash(os.environ["QSTASH_TOKEN"])
+            qstash.fail_next("publish", status=503)
+            for _ in range(2):
+                try:  # the app logs and moves on
+                    client.message.publish(url="https://app.test/welcome", delay="10 minutes")
+                except QStashError:
+                    pass
+            assert qstash.messages, "the welcome email was never scheduled"
+        """,
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*- qstash -*",
+            "0 message(s), 0 delivery attempt(s), 0 in the DLQ, 2 rejected API call(s)",
+            "rejected API calls*",
+            "  *T* POST /v2/publish/https://app.test/welcome -> 503 *(injected by fail_next)",
+            "  *T* POST /v2/publish/https://app.test/welcome -> 400 *Upstash-Delay*",
+        ]
+    )
+
+
+def test_the_store_keeps_the_newest_50_rejected_calls(qstash: Any) -> None:
+    from qstash import QStash
+    from qstash.errors import QStashError
+
+    client = QStash(os.environ["QSTASH_TOKEN"])
+    for n in range(60):
+        with pytest.raises(QStashError):
+            client.message.get(f"msg_missing_{n}")
+    calls = list(qstash.store.api_errors)
+    assert (len(calls), qstash.store.api_errors.total) == (50, 60)
+    assert calls[0].path == "/v2/messages/msg_missing_10"
+    assert (calls[-1].method, calls[-1].status) == ("GET", 404)
+
+
+def test_a_signature_error_raised_by_the_receiver_adds_the_hint(
+    pytester: pytest.Pytester,
+) -> None:
+    result = _run(
+        pytester,
+        """
+        import os
+
+        import pytest
+        from qstash import QStash, Receiver
+
+
+        def handler(request):
+            # Keys that are not the fake's: verification fails as with a stale secret.
+            stale = "sig_stale_" + "a" * 32
+            receiver = Receiver(current_signing_key=stale, next_signing_key=stale)
+            receiver.verify(
+                signature=request.headers["upstash-signature"],
+                body=request.content.decode(),
+                url=str(request.url),
+            )
+
+
+        @pytest.mark.qstash(raise_app_exceptions=False)
+        def test_hook(qstash):
+            qstash.mount("https://app.test", handler)
+            QStash(os.environ["QSTASH_TOKEN"]).message.publish(url="https://app.test/hook")
+            qstash.tick()
+            assert qstash.messages[0].state == "DELIVERED"
+        """,
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*attempt retried=0 -> 500 (SignatureError: *",
+            "hint: the app could not verify a delivery's signature. If the app verifies*",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*refused (400/401/403)*")
+
+
+def test_a_workflow_refusing_the_signature_adds_the_hint(pytester: pytest.Pytester) -> None:
+    # upstash-workflow answers a 500 (not a 4xx) when the signature does not verify.
+    result = _run(
+        pytester,
+        """
+        from fastapi import FastAPI
+        from qstash import Receiver
+        from upstash_workflow.fastapi import Serve
+
+        app = FastAPI()
+        serve = Serve(app)
+        stale = "sig_stale_" + "a" * 32
+
+
+        @serve.post("/order", receiver=Receiver(current_signing_key=stale, next_signing_key=stale))
+        async def order(context):
+            async def step():
+                return 1
+
+            await context.run("step", step)
+
+
+        def test_order(qstash):
+            qstash.mount("https://shop.test", app)
+            qstash.trigger("https://shop.test/order", {"id": 1})
+            qstash.tick()
+            assert qstash.runs[0].state == "RUN_SUCCESS"
+        """,
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*attempt retried=0 -> 500 *Failed to verify that the Workflow request comes from*",
+            "hint: the app could not verify a delivery's signature. If the app verifies*",
+        ]
+    )
+
+
+def test_a_runaway_shows_the_first_and_the_newest_messages(pytester: pytest.Pytester) -> None:
+    result = _run(
+        pytester,
+        """
+        import os
+
+        import pytest
+        from qstash import QStash
+
+        client = QStash(os.environ["QSTASH_TOKEN"])
+
+
+        def handler(request):
+            n = int(request.url.params["n"])
+            client.message.publish(url=f"https://app.test/loop?n={n + 1}")
+
+
+        @pytest.mark.qstash(max_deliveries_per_instant=40)
+        def test_loop(qstash):
+            qstash.mount("https://app.test", handler)
+            client.message.publish(url="https://app.test/loop?n=0")
+            qstash.tick()
+        """,
+    )
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "41 message(s)" in out
+    shown = [n for n in range(45) if f"/loop?n={n} " in out]
+    assert shown == [*range(10), *range(21, 41)]
+    result.stdout.fnmatch_lines(["*/loop?n=9 *", "  ... 11 more message(s) ...", "*/loop?n=21 *"])
+
+
+def test_message_lines_say_why_and_where_a_message_ended(pytester: pytest.Pytester) -> None:
+    result = _run(
+        pytester,
+        """
+        import os
+
+        import httpx
+        from qstash import QStash
+
+
+        def handler(request):
+            if request.url.path == "/charge":
+                return httpx.Response(489, headers={"Upstash-NonRetryable-Error": "true"})
+            return 200
+
+
+        def test_charge(qstash):
+            qstash.mount("https://app.test", handler)
+            client = QStash(os.environ["QSTASH_TOKEN"])
+            client.message.publish(
+                url="https://app.test/charge",
+                callback="https://app.test/each",
+                failure_callback="https://app.test/failed",
+            )
+            client.message.publish(url="https://app.test/later", delay="1h")
+            qstash.tick()
+            assert qstash.dlq == []
+        """,
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*msg_* POST https://app.test/charge FAILED retried=0/3 dlq_id=* body=''",
+            "*attempt retried=0 -> 489 non-retryable (489 + Upstash-NonRetryable-Error)",
+            "*msg_* POST https://app.test/later CREATED retried=0/3 due=*T*:00* body=''",
+        ]
+    )
+    section = result.stdout.str().split("- qstash -", 1)[1].splitlines()
+    each = next(line for line in section if "POST https://app.test/each" in line)
+    failed = next(line for line in section if "POST https://app.test/failed" in line)
+    assert "[callback for msg_" in each
+    assert "[failure callback for msg_" in failed
+    # A finished message's not-before is its last attempt's time: not shown as due.
+    charge = next(line for line in section if "POST https://app.test/charge" in line)
+    assert "due=" not in charge
+    assert "due=" not in each
+
+
+def test_schedules_are_listed_with_the_messages_they_produced(pytester: pytest.Pytester) -> None:
+    result = _run(
+        pytester,
+        """
+        import os
+
+        from qstash import QStash
+
+
+        def test_reports(qstash):
+            qstash.mount("https://app.test", lambda request: 200)
+            client = QStash(os.environ["QSTASH_TOKEN"])
+            client.schedule.create(
+                destination="https://app.test/daily", cron="0 9 * * *", schedule_id="daily"
+            )
+            client.schedule.create(
+                destination="https://app.test/hourly", cron="0 * * * *", schedule_id="hourly"
+            )
+            client.schedule.pause("hourly")
+            qstash.advance("3d")
+            assert False, "look at the report"
+        """,
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*, 2 schedule(s)",
+            "schedules:",
+            "  daily POST https://app.test/daily cron='0 9 * * *' next_run=*T09:00:00+00:00 "
+            "produced 3 message(s)",
+            "  hourly POST https://app.test/hourly cron='0 * * * *' paused produced 0 message(s)",
+        ]
+    )
+
+
+def test_a_time_beyond_year_9999_is_shown_raw(pytester: pytest.Pytester) -> None:
+    result = _run(
+        pytester,
+        """
+        import os
+
+        from qstash import QStash
+
+
+        def test_far(qstash):
+            QStash(os.environ["QSTASH_TOKEN"]).message.publish(url="https://app.test/far")
+            # What a huge Upstash-Not-Before once stored.
+            qstash.messages[0].not_before_ms = 10**17
+            assert False
+        """,
+    )
+    result.assert_outcomes(failed=1)
+    assert "INTERNALERROR" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*far CREATED * due=100000000000000000ms-since-epoch (out of*"])
+
+
+def test_a_bug_in_the_report_becomes_one_line(pytester: pytest.Pytester) -> None:
+    result = _run(
+        pytester,
+        """
+        def test_broken(qstash):
+            qstash.store.schedules["odd"] = object()  # what the report cannot read
+            assert False
+        """,
+    )
+    result.assert_outcomes(failed=1)
+    assert "INTERNALERROR" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*- qstash -*", "qstash report failed: AttributeError: *"])
+
+
+def test_a_run_triggered_at_a_plain_endpoint_is_called_stalled(pytester: pytest.Pytester) -> None:
+    result = _run(
+        pytester,
+        """
+        from fastapi import FastAPI
+
+        app = FastAPI()
+
+
+        @app.post("/order")  # not a workflow route: a typo'd path, or serve() forgotten
+        async def order():
+            return {"ok": True}
+
+
+        def test_order(qstash):
+            qstash.mount("https://shop.test", app)
+            qstash.trigger("https://shop.test/order", {"id": 1})
+            qstash.advance("1h")
+            assert qstash.runs[0].state == "RUN_SUCCESS"
+        """,
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*workflow run wfr_* at https://shop.test/order RUN_STARTED; steps: none yet",
+            "*stalled: the last delivery was answered 2xx without Upstash-Workflow-Sdk-Version*",
+        ]
     )

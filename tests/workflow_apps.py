@@ -57,6 +57,8 @@ class Journal:
     call_results: dict[str, tuple[int, Any]] = field(default_factory=dict)
     #: failure_function invocations: (run id, status, message, payload).
     failures: list[tuple[str, int, str | None, Any]] = field(default_factory=list)
+    #: The user headers each failure_function saw, by run id.
+    failure_headers: dict[str, dict[str, str]] = field(default_factory=dict)
     #: Requests the stock service received: (method, path, headers, body).
     stock_requests: list[tuple[str, str, dict[str, str], str]] = field(default_factory=list)
 
@@ -119,6 +121,7 @@ def fastapi_workflow_app(journal: Journal, *, receiver: Receiver | None = None) 
         context: AsyncWorkflowContext[Any], status: int, message: str, headers: dict[str, str]
     ) -> None:
         journal.failures.append((context.workflow_run_id, status, message, context.request_payload))
+        journal.failure_headers[context.workflow_run_id] = dict(context.headers)
 
     @serve.post("/fails", retries=1, failure_function=on_failure)
     async def fails(context: AsyncWorkflowContext[Any]) -> None:
@@ -201,6 +204,7 @@ def flask_workflow_app(journal: Journal) -> flask.Flask:
         context: WorkflowContext[Any], status: int, message: str, headers: dict[str, str]
     ) -> None:
         journal.failures.append((context.workflow_run_id, status, message, context.request_payload))
+        journal.failure_headers[context.workflow_run_id] = dict(context.headers)
 
     @serve.route("/fails", retries=1, failure_function=on_failure)
     def fails(context: WorkflowContext[Any]) -> None:

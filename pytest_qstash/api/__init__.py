@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from ..state.rejections import RejectedCall
 from ..state.store import Store
 from . import (
     dlq,
@@ -46,6 +47,7 @@ _TABLE: list[tuple[str, str, Handler]] = [
     ("GET", r"/v2/topics/?", url_groups.list_url_groups),
     ("GET", r"/v2/topics/(?P<name>[^/]+)", url_groups.get_url_group),
     ("DELETE", r"/v2/topics/(?P<name>[^/]+)", url_groups.delete_url_group),
+    ("PATCH", r"/v2/topics/(?P<name>[^/]+)", url_groups.set_default_headers),
     ("GET", r"/v2/events/?", events.list_events),
     ("GET", r"/v2/logs/?", events.list_logs),
     # Retry before the per-id routes: "/v2/dlq/retry" also reads as a DLQ id.
@@ -108,9 +110,28 @@ def handle(store: Store, request: httpx.Request) -> httpx.Response:
     try:
         _authenticate(store, request)
         handler, params = _route(request.method, path, query, endpoint)
-        return handler(store, request, **params)
+        response = handler(store, request, **params)
     except ApiError as exc:
-        return error_response(exc.status, exc.message)
+        response = error_response(exc.status, exc.message)
+    if not 200 <= response.status_code < 300:
+        record_rejection(store, request, response)
+    return response
+
+
+def record_rejection(
+    store: Store, request: httpx.Request, response: httpx.Response, injected: bool = False
+) -> None:
+    """Keep an error answer for the failure report: an app may swallow the SDK's exception."""
+    path = request.url.raw_path.decode("ascii").partition("?")[0]
+    try:
+        error = str(response.json()["error"])
+    except (ValueError, KeyError, TypeError):
+        error = response.text
+    store.api_errors.record(
+        RejectedCall(
+            request.method, path, response.status_code, error, store.clock.now_ms, injected
+        )
+    )
 
 
 def _authenticate(store: Store, request: httpx.Request) -> None:

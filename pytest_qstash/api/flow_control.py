@@ -7,12 +7,13 @@ from typing import Any
 
 import httpx
 
-from ..state.flow_control import FlowKey
+from ..state.flow_control import MAX_PERIOD_S, FlowKey
 from ..state.store import Store
 from ._http import ApiError, empty_response, json_response
 
 #: The plan's account-wide cap (pay-as-you-go); the fake makes one call at a time.
 GLOBAL_PARALLELISM_MAX = 100
+_PIN_LIMITS = ("parallelism", "rate", "period")
 
 
 def list_flow_keys(store: Store, request: httpx.Request) -> httpx.Response:
@@ -38,18 +39,21 @@ def resume_flow_key(store: Store, request: httpx.Request, key: str) -> httpx.Res
 
 
 def pin_flow_key(store: Store, request: httpx.Request, key: str) -> httpx.Response:
-    flow = store.flow_key(key)
     params = request.url.params
-    if "parallelism" in params:
-        flow.parallelism, flow.pinned_parallelism = (
-            _positive(params["parallelism"], "parallelism"),
-            True,
+    # Every value is checked before any is applied: a refused pin changes nothing.
+    limits = {name: _positive(params[name], name) for name in _PIN_LIMITS if name in params}
+    if limits.get("period", 0) > MAX_PERIOD_S:
+        raise ApiError(
+            400,
+            f"invalid period {limits['period']}: it is in seconds, at most {MAX_PERIOD_S} "
+            "(one week)",
         )
-    if "rate" in params or "period" in params:
-        if "rate" in params:
-            flow.rate = _positive(params["rate"], "rate")
-        if "period" in params:
-            flow.period_s = _positive(params["period"], "period")
+    flow = store.flow_key(key)
+    if "parallelism" in limits:
+        flow.parallelism, flow.pinned_parallelism = limits["parallelism"], True
+    if "rate" in limits or "period" in limits:
+        flow.rate = limits.get("rate", flow.rate)
+        flow.period_s = limits.get("period", flow.period_s)
         flow.pinned_rate = True
     # Pinning resets the rate state: a new period starts now.
     flow.period_start_ms, flow.rate_count = store.clock.now_ms, 0

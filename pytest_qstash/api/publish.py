@@ -8,7 +8,13 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ..state.options import InvalidOption, MessageOptions, derived_options, parse_options
+from ..state.options import (
+    InvalidOption,
+    MessageOptions,
+    check_due_in_range,
+    derived_options,
+    parse_options,
+)
 from ..state.store import Published, Store, UnknownDestination
 from ._http import ApiError, json_response, read_json
 from .workflows import refuse_ended_run
@@ -106,14 +112,15 @@ def _publish(
 
 def _checked_options(store: Store, headers: Mapping[str, str]) -> MessageOptions:
     """A publish's options, refused with 400 when invalid (or for a workflow run that ended)."""
-    opts = _options(headers)
+    opts = _options(store, headers)
     refuse_ended_run(store, opts)
     return opts
 
 
-def _options(headers: Mapping[str, str]) -> MessageOptions:
+def _options(store: Store, headers: Mapping[str, str]) -> MessageOptions:
     try:
         opts = parse_options(headers)
+        check_due_in_range(opts, store.clock.now_ms)
         # Refuse bad callback options now, not when the callback is due.
         parse_options(derived_options(opts.callback_headers, "upstash-callback-"))
         parse_options(derived_options(opts.failure_callback_headers, "upstash-failure-callback-"))

@@ -21,7 +21,12 @@ from .publish import _check_name, _options, check_destination
 
 
 def create_schedule(store: Store, request: httpx.Request, destination: str) -> httpx.Response:
-    opts = _options(request.headers)
+    # Upstash-Not-Before does not apply to schedules (an absolute time would hold every
+    # firing's message until then): it is ignored, and does not hide Upstash-Delay.
+    headers = httpx.Headers(
+        [(k, v) for k, v in request.headers.multi_items() if k.lower() != "upstash-not-before"]
+    )
+    opts = _options(store, headers)
     if opts.cron is None:
         raise ApiError(400, "Upstash-Cron header is required to create a schedule")
     try:
@@ -33,8 +38,11 @@ def create_schedule(store: Store, request: httpx.Request, destination: str) -> h
     if opts.queue is not None:
         _check_name(opts.queue, "queue name")
     check_destination(store, destination, group_needs_endpoints=False)
-    schedule = store.put_schedule(destination, cron, request.content, opts, opts.schedule_id)
-    return json_response({"scheduleId": schedule.schedule_id})
+    schedule, deduplicated = store.put_schedule(
+        destination, cron, request.content, opts, opts.schedule_id
+    )
+    # A deduplicated creation answers the existing schedule's id with 202, as a publish does.
+    return json_response({"scheduleId": schedule.schedule_id}, 202 if deduplicated else 200)
 
 
 def get_schedule(store: Store, request: httpx.Request, schedule_id: str) -> httpx.Response:
@@ -51,12 +59,12 @@ def delete_schedule(store: Store, request: httpx.Request, schedule_id: str) -> h
 
 
 def pause_schedule(store: Store, request: httpx.Request, schedule_id: str) -> httpx.Response:
-    _schedule(store, schedule_id).paused = True
+    store.pause_schedule(_schedule(store, schedule_id))
     return empty_response()
 
 
 def resume_schedule(store: Store, request: httpx.Request, schedule_id: str) -> httpx.Response:
-    _schedule(store, schedule_id).paused = False
+    store.resume_schedule(_schedule(store, schedule_id))
     return empty_response()
 
 

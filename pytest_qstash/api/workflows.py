@@ -74,10 +74,12 @@ def trigger(
         raise ValueError(f"a workflow run {run_id!r} already exists")
     content, content_type = _payload(body)
     publish: dict[str, str] = {}
+    forwarded: dict[str, str] = {}
     for name, value in (headers or {}).items():
         if name.lower() == "content-type":
             content_type = value  # QStash honours the top-level Content-Type only
         else:
+            forwarded[name] = value
             publish[f"Upstash-Forward-{name}"] = value
     publish.update(
         {
@@ -94,11 +96,18 @@ def trigger(
     if failure_url is None:
         failure_url = url
     if failure_url:
+        # What the workflow SDKs send with a failure URL: the failure call names the run and
+        # carries the user's headers too (a failure_function reads them).
         publish["Upstash-Failure-Callback"] = failure_url
         publish["Upstash-Failure-Callback-Forward-Upstash-Workflow-Is-Failure"] = "true"
+        publish["Upstash-Failure-Callback-Forward-Upstash-Workflow-Failure-Callback"] = "true"
         publish["Upstash-Failure-Callback-Workflow-Runid"] = run_id
+        publish["Upstash-Failure-Callback-Workflow-Init"] = "false"
         publish["Upstash-Failure-Callback-Workflow-Url"] = url
         publish["Upstash-Failure-Callback-Workflow-Calltype"] = "failureCall"
+        publish["Upstash-Failure-Callback-Feature-Set"] = "LazyFetch,InitialBody"
+        for name, value in forwarded.items():
+            publish[f"Upstash-Failure-Callback-Forward-{name}"] = value
         if retries is not None:
             publish["Upstash-Failure-Callback-Retries"] = str(retries)
     try:

@@ -3,6 +3,9 @@
 One step is split in two, ``next_job`` (pop what is due, mark it ACTIVE, build the signed
 request) and ``finish`` (record the outcome, schedule a retry or fail, publish callbacks), so
 the sync and async loops share everything but the line that sends.
+
+Functions on the delivery path set ``__tracebackhide__``: pytest then shows a failed
+delivery from the test's call straight to the app's frame (or our error).
 """
 
 from __future__ import annotations
@@ -73,6 +76,10 @@ class Dispatcher:
         self.deliveries: list[Delivery] = []
         self._on_time = on_time  # keeps the app-visible clock on the virtual one
         self._recent: deque[tuple[str, str]] = deque(maxlen=5)
+        # Deliveries at one virtual instant of messages published by deliveries at that
+        # instant: what the loop guard counts (a chain, or a fan-out that feeds itself).
+        self._cascade_instant = -1
+        self._cascade_deliveries = 0
         # Parsed destination URLs: parsing is half the cost of building a delivery request.
         self._urls: dict[str, httpx.URL] = {}
 
@@ -109,6 +116,7 @@ class Dispatcher:
 
     # -- steps ------------------------------------------------------------------------------
     def next_job(self, until_ms: int, made: int) -> Job | None:
+        __tracebackhide__ = True
         while (event := self.clock.pop_due(until_ms)) is not None:
             if event.kind == "cron":
                 self.store.fire_schedule(event.target, event.generation)
@@ -130,6 +138,7 @@ class Dispatcher:
         return None
 
     def finish(self, job: Job, outcome: Outcome) -> Delivery:
+        __tracebackhide__ = True
         message = job.message
         delivery = Delivery(
             message_id=message.message_id,
@@ -200,31 +209,51 @@ class Dispatcher:
         return httpx.Request(message.method, url, headers=headers, content=content)
 
     def _unrouted(self, job: Job, exc: Unrouted) -> Outcome:
+        __tracebackhide__ = True
         if self.settings.strict_routing:
             self.store.requeue(job.message, job.previous_state)
             reason = exc.reason
-            if job.message.callback_for is not None:
-                reason += f"; it is a callback reporting on {job.message.callback_for}"
+            message = job.message
+            if message.callback_for is not None:
+                reason += f"; it is a callback reporting on {message.callback_for}"
+            elif self.store.workflows.is_third_party_call(message):
+                step = (message.callback_headers or httpx.Headers()).get(
+                    "upstash-callback-forward-upstash-workflow-stepname", "?"
+                )
+                reason += (
+                    f"; it is the context.call {step!r} of workflow run "
+                    f"{message.workflow_run_id}: mount or mock that third party"
+                )
             raise UnroutedDeliveryError(
                 job.message.url, job.message.message_id, self.mounts.base_urls, reason
             ) from None
         return Outcome(None, httpx.Headers(), b"", f"unrouted: {exc.reason}")
 
     def _guard(self, message: Message, made: int) -> None:
-        """Stop a runaway cascade: a chain of deliveries, each publishing the next for the
-        same instant, that never lets time move. Plenty of independent messages due at once
-        are no cascade, and are never stopped."""
+        """Stop a runaway cascade: deliveries publishing more deliveries for the same instant
+        (a chain, or a fan-out feeding itself), so that time never moves. Plenty of
+        independent messages due at once are no cascade, and are never stopped."""
+        __tracebackhide__ = True
         self._recent.append((message.message_id, message.url))
-        runaway = message.cascade_depth >= self.settings.max_same_instant
+        now = self.clock.now_ms
+        if message.cascade_depth and message.created_ms == now:
+            if self._cascade_instant != now:
+                self._cascade_instant, self._cascade_deliveries = now, 0
+            self._cascade_deliveries += 1
+        runaway = (
+            self._cascade_instant == now
+            and self._cascade_deliveries >= self.settings.max_same_instant
+        )
         if not runaway and made < self.settings.max_per_call:
             return
         self.store.requeue(message, message.state)
         recent = "; ".join(f"{mid} -> {url}" for mid, url in self._recent)
         if runaway:
             what = (
-                f"a chain of {message.cascade_depth} deliveries, each publishing the next for "
-                f"the same virtual instant {ms_to_datetime(self.clock.now_ms).isoformat()}: a "
-                "handler seems to republish at once, forever"
+                f"{self._cascade_deliveries} deliveries at the virtual instant "
+                f"{ms_to_datetime(now).isoformat()} of messages that deliveries at that same "
+                f"instant published (chains up to {message.cascade_depth} long): a handler "
+                "seems to republish at once, forever"
             )
             option = "max_deliveries_per_instant"
         else:
@@ -278,13 +307,14 @@ class Dispatcher:
         )
         opts = parse_options(headers)
         opts.headers["Content-Type"] = opts.headers.get("Content-Type", "application/json")
-        self.store.create_message(
+        callback = self.store.create_message(
             url,
             json.dumps(payload, separators=(",", ":")).encode(),
             opts,
             callback_for=source.message_id,
             max_retries=source.max_retries,
         )
+        callback.is_failure_callback = dlq_entry is not None
 
 
 def _header_map(headers: httpx.Headers) -> dict[str, list[str]]:

@@ -17,6 +17,8 @@ import anyio
 import anyio.abc
 import anyio.from_thread
 
+from ..errors import QStashFakeError
+
 Message = MutableMapping[str, Any]
 ASGIApp = Callable[
     [
@@ -28,8 +30,8 @@ ASGIApp = Callable[
 ]
 
 
-class LifespanError(RuntimeError):
-    """The app's lifespan startup or shutdown failed."""
+class LifespanError(QStashFakeError, RuntimeError):
+    """The app's lifespan startup or shutdown failed (the app's exception is the cause)."""
 
 
 class Lifespan:
@@ -40,6 +42,7 @@ class Lifespan:
         self._shutdown_requested: anyio.Event | None = None
         self._finished: anyio.Event | None = None
         self._failure: str | None = None
+        self._exception: BaseException | None = None
 
     async def request_app(
         self,
@@ -53,13 +56,21 @@ class Lifespan:
 
     def start(self, portal: anyio.from_thread.BlockingPortal) -> None:
         portal.start_task(self._run)
-        if self._failure is not None:
-            raise LifespanError(f"startup of the app at {self.base_url} failed: {self._failure}")
+        self._raise_failure("startup")
 
     def stop(self, portal: anyio.from_thread.BlockingPortal) -> None:
         portal.call(self._stop)
-        if self._failure is not None:
-            raise LifespanError(f"shutdown of the app at {self.base_url} failed: {self._failure}")
+        self._raise_failure("shutdown")
+
+    def _raise_failure(self, phase: str) -> None:
+        if self._failure is None:
+            return
+        # Servers send a whole traceback as the failure message: its last line says what
+        # happened; the app's exception itself is chained, with its traceback.
+        lines = self._failure.strip().splitlines() or [self._failure]
+        raise LifespanError(
+            f"{phase} of the app at {self.base_url} failed: {lines[-1]}"
+        ) from self._exception
 
     async def _stop(self) -> None:
         if self._shutdown_requested is not None and self._finished is not None:
@@ -98,6 +109,8 @@ class Lifespan:
                 try:
                     await self.app(scope, receive, send)
                 except BaseException as exc:  # an app without lifespan support raises here
+                    if not isinstance(exc, anyio.get_cancelled_exc_class()):
+                        self._exception = exc
                     if not started.is_set():
                         started.set()  # ASGI servers carry on without lifespan, and so do we
                     elif self._failure is None and not isinstance(

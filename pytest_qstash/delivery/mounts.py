@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+import httpx
+
 AppKind = Literal["asgi", "wsgi", "callable"]
 _KINDS = ("asgi", "wsgi", "callable")
 
@@ -26,6 +28,12 @@ class Mount:
         # "https://app.test/api" must not match "https://app.test/apiary".
         rest = url[len(self.base_url) :]
         return not rest or self.base_url.endswith("/") or rest[0] in "/?#"
+
+
+def normalize_base_url(base_url: str) -> str:
+    """The base URL as deliveries spell their URLs (httpx's form: lower-case scheme and host,
+    no default port), so ``https://App.example.com:443`` serves ``https://app.example.com/x``."""
+    return str(httpx.URL(base_url))
 
 
 def detect_kind(app: Any) -> AppKind:
@@ -93,20 +101,29 @@ class MountTable:
             raise ValueError(
                 f"lifespan=True needs an ASGI app; the app mounted at {base_url!r} is {resolved}"
             )
-        mount = Mount(base_url, app, resolved, lifespan)
-        self._mounts = [m for m in self._mounts if m.base_url != base_url] + [mount]
+        mount = Mount(normalize_base_url(base_url), app, resolved, lifespan)
+        self._mounts = [m for m in self._mounts if m.base_url != mount.base_url] + [mount]
         # Longest base URL first, so the most specific mount answers.
         self._mounts.sort(key=lambda m: len(m.base_url), reverse=True)
         return mount
 
-    def remove(self, base_url: str) -> None:
-        self._mounts = [m for m in self._mounts if m.base_url != base_url]
+    def remove(self, base_url: str) -> bool:
+        """Unmount ``base_url``; False if nothing was mounted there."""
+        base_url = normalize_base_url(base_url)
+        kept = [m for m in self._mounts if m.base_url != base_url]
+        removed = len(kept) != len(self._mounts)
+        self._mounts = kept
+        return removed
 
     def resolve(self, url: str) -> Mount | None:
         for mount in self._mounts:
             if mount.matches(url):
                 return mount
         return None
+
+    @property
+    def mounts(self) -> list[Mount]:
+        return list(self._mounts)
 
     @property
     def base_urls(self) -> list[str]:

@@ -5,6 +5,9 @@ thread hop per delivery) and kept for the fake's lifetime; apps mounted with a l
 on an AnyIO blocking portal's loop instead, next to their lifespan. Async tests drive them on the
 test's own loop. URLs no app is mounted for go through httpx, so a user's respx routes or
 pytest-httpx can answer them; the network is only used for loopback hosts.
+
+Functions on the delivery path set ``__tracebackhide__``: pytest then shows a failed
+delivery from the test's call straight to the app's frame (or our error).
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ class Sender:
 
     # -- sync -------------------------------------------------------------------------------
     def send(self, request: httpx.Request) -> Outcome:
+        __tracebackhide__ = True
         mount = self._mounts.resolve(str(request.url))
         if mount is None:
             return self._send_unmounted(request)
@@ -98,6 +102,7 @@ class Sender:
             return Outcome.of_exception(exc)
 
     def _send_unmounted(self, request: httpx.Request) -> Outcome:
+        __tracebackhide__ = True
         self._check_can_route(request)
         try:
             with httpx.Client(verify=_ssl_context()) as client:
@@ -107,6 +112,7 @@ class Sender:
 
     # -- async ------------------------------------------------------------------------------
     async def asend(self, request: httpx.Request) -> Outcome:
+        __tracebackhide__ = True
         mount = self._mounts.resolve(str(request.url))
         if mount is None:
             return await self._asend_unmounted(request)
@@ -160,6 +166,7 @@ class Sender:
         return self._loop
 
     def _on_own_loop(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        __tracebackhide__ = True
         loop = self._own_loop()
         result = loop.run_until_complete(coroutine)
         # Let what the app started and did not wait for (a fire-and-forget task) move on
@@ -177,6 +184,14 @@ class Sender:
             self._portal_cm = anyio.from_thread.start_blocking_portal()
             self._portal = self._portal_cm.__enter__()
         return self._portal
+
+    def start_lifespans(self) -> None:
+        """Run the startup of every lifespan mount not started yet (at mount, or when the
+        fake starts): an app that creates its schedules or queues at startup has them
+        before the test publishes or advances anything."""
+        for mount in self._mounts.mounts:
+            if mount.kind == "asgi" and mount.lifespan:
+                self._asgi_app(mount)
 
     def _asgi_app(self, mount: Mount) -> Any:
         """The app to call for a delivery; for a lifespan mount, started once, with state."""
@@ -220,6 +235,7 @@ class Sender:
 
 
 async def _asgi(app: Any, request: httpx.Request) -> Outcome:
+    __tracebackhide__ = True
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=True)
     response = await transport.handle_async_request(request)
     content = await response.aread()
@@ -227,6 +243,7 @@ async def _asgi(app: Any, request: httpx.Request) -> Outcome:
 
 
 def _wsgi(mount: Mount, request: httpx.Request) -> Outcome:
+    __tracebackhide__ = True
     transport = httpx.WSGITransport(app=mount.app, raise_app_exceptions=True)
     response = transport.handle_request(request)
     return Outcome(response.status_code, response.headers, response.read())
@@ -266,8 +283,10 @@ def _is_loopback(host: str) -> bool:
 
 
 def _network_failure(exc: Exception) -> Outcome:
-    """A request no interceptor matched is unrouted; any other error (a respx side effect
-    raising ConnectError, a refused loopback port) is a failed attempt, as on QStash."""
+    """A request no interceptor matched is unrouted; an httpx transport error (a respx side
+    effect raising ConnectError, a refused loopback port) is a failed attempt with no
+    response, as on QStash; any other exception is a bug in the code that answered (a respx
+    side effect, a pytest-httpx callback), handled as an app's exception."""
     name = type(exc).__name__
     if name == "AllMockedAssertionError":
         raise Unrouted("the active respx routes do not match it") from exc
@@ -276,7 +295,20 @@ def _network_failure(exc: Exception) -> Outcome:
         if isinstance(request, httpx.Request):
             _unrecord_in_pytest_httpx(request)
         raise Unrouted("pytest-httpx has no response registered for it") from exc
-    return Outcome(None, httpx.Headers(), b"", f"{name}: {exc}")
+    if not isinstance(exc, httpx.TransportError):
+        return Outcome.of_exception(exc)
+    error = f"{name}: {exc}"
+    request = getattr(exc, "_request", None)
+    if (
+        isinstance(exc, httpx.ConnectError)
+        and isinstance(request, httpx.Request)
+        and _is_loopback(request.url.host)
+    ):
+        error += (
+            f" (nothing listens at {request.url.scheme}://{request.url.netloc.decode()}: "
+            "if the app under test should answer there, mount it with qstash.mount(...))"
+        )
+    return Outcome(None, httpx.Headers(), b"", error)
 
 
 def _unrecord_in_pytest_httpx(request: httpx.Request) -> None:

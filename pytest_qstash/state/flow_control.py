@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 
 from .models import FlowControl
 
+#: The longest rate period QStash takes: one week, in seconds.
+MAX_PERIOD_S = 7 * 24 * 60 * 60
+
 
 @dataclass(eq=False, slots=True)
 class FlowKey:
@@ -57,3 +60,15 @@ class FlowKey:
 
     def period_end_ms(self) -> int:
         return self.period_start_ms + self.period_s * 1000
+
+    def next_start_ms(self, config: FlowControl, now_ms: int) -> int | None:
+        """When an attempt of a message carrying ``config`` could start, as ``admits`` would
+        judge it, without counting anything: None while the key is paused."""
+        if self.paused:
+            return None
+        rate = self.rate if self.pinned_rate else config.rate
+        period_s = self.period_s if self.pinned_rate else config.period
+        period_end = self.period_start_ms + period_s * 1000
+        if rate is None or now_ms >= period_end or self.rate_count < rate:
+            return now_ms
+        return period_end

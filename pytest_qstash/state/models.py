@@ -20,6 +20,10 @@ MessageState = Literal[
 FINAL_STATES: frozenset[str] = frozenset({"DELIVERED", "FAILED", "CANCELED"})
 
 
+#: The last moment a ``datetime`` can hold (9999-12-31T23:59:59.999Z): nothing is due later.
+LATEST_MS = 253_402_300_799_999
+
+
 def ms_to_datetime(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
 
@@ -115,6 +119,9 @@ class Message:
     caller_ip: str = "127.0.0.1"
     #: When this message is a (failure) callback: the id of the message it reports on.
     callback_for: str | None = None
+    #: On a callback message: whether it is the failure callback (sent once the retries ran
+    #: out) rather than the callback sent after each attempt.
+    is_failure_callback: bool = False
     workflow_run_id: str | None = None
     deliveries: list[Delivery] = field(default_factory=list)
     #: How many deliveries in a row, at one virtual instant, led to this message (0 when it

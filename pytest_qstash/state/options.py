@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 import httpx
 
 from ..durations import parse_duration_ms
-from .models import FlowControl
+from .flow_control import MAX_PERIOD_S
+from .models import LATEST_MS, FlowControl
 from .retry import InvalidRetryDelay, RetryDelayExpression
 
 
@@ -80,6 +81,11 @@ def parse_options(headers: Mapping[str, str]) -> MessageOptions:
             _apply(opts, name, value.strip())
     if opts.delay_ms is not None and opts.not_before_ms is not None:
         opts.delay_ms = None  # Upstash-Not-Before wins over Upstash-Delay
+    if opts.flow_control is not None and not opts.flow_control.key:
+        raise InvalidOption(
+            "Upstash-Flow-Control-Value needs an Upstash-Flow-Control-Key naming the limit "
+            f"({_FLOW_CONTROL_FORMAT})"
+        )
     if content_type is not None:
         # A workflow run's messages forward the previous delivery's headers, Content-Type
         # among them; there QStash keeps the message's own (as the workflow SDKs rely on).
@@ -130,6 +136,11 @@ def _apply(opts: MessageOptions, name: str, value: str) -> None:
         opts.delay_ms = _duration(value, "Upstash-Delay")
     elif name == "upstash-not-before":
         opts.not_before_ms = _int(value, "Upstash-Not-Before", "unix seconds") * 1000
+        if opts.not_before_ms > LATEST_MS:
+            raise InvalidOption(
+                f"invalid Upstash-Not-Before {value!r}: that is after the year 9999. It is a unix "
+                "timestamp in seconds; a timestamp in milliseconds is 1000 times too far"
+            )
     elif name == "upstash-retries":
         opts.retries = _int(value, "Upstash-Retries", "a whole number of retries")
     elif name == "upstash-retry-delay":
@@ -153,6 +164,11 @@ def _apply(opts: MessageOptions, name: str, value: str) -> None:
         opts.redact = _redact(value)
     elif name == "upstash-flow-control-key":
         key = value
+        if not key:
+            raise InvalidOption(
+                "invalid Upstash-Flow-Control-Key '': expected a non-empty key naming the limit "
+                f"the messages carrying it share ({_FLOW_CONTROL_FORMAT})"
+            )
         fc = opts.flow_control
         opts.flow_control = (
             FlowControl(key, fc.parallelism, fc.rate, fc.period) if fc else (FlowControl(key))
@@ -173,8 +189,19 @@ def _apply(opts: MessageOptions, name: str, value: str) -> None:
 def _duration(value: str, header: str) -> int:
     try:
         return parse_duration_ms(value, what=header)
-    except (TypeError, ValueError) as exc:
-        raise InvalidOption(str(exc)) from None
+    except (TypeError, ValueError):
+        raise InvalidOption(
+            f'invalid {header} {value!r}: expected a duration such as "90s", "1h30m", '
+            '"7d" or "500ms" (units: ms, s, m, h, d), or a number of seconds'
+        ) from None
+
+
+def check_due_in_range(opts: MessageOptions, now_ms: int) -> None:
+    """Refuse a delay that puts the message beyond what a datetime can show (year 9999)."""
+    if opts.delay_ms is not None and now_ms + opts.delay_ms > LATEST_MS:
+        raise InvalidOption(
+            f"invalid Upstash-Delay of {opts.delay_ms} ms: it puts the message after the year 9999"
+        )
 
 
 def _int(value: str, header: str, meaning: str) -> int:
@@ -215,6 +242,12 @@ def _redact(value: str) -> tuple[str, ...]:
     return fields
 
 
+_FLOW_CONTROL_FORMAT = (
+    "Upstash-Flow-Control-Value: parallelism=<int >= 1>, rate=<int >= 1>, "
+    "period=<duration from 1s to 7d>, any of them, comma separated"
+)
+
+
 def _flow_control(value: str, current: FlowControl | None) -> FlowControl:
     fc = FlowControl(current.key if current else "")
     for part in (p.strip() for p in value.split(",")):
@@ -224,11 +257,31 @@ def _flow_control(value: str, current: FlowControl | None) -> FlowControl:
         name, raw = name.strip().lower(), raw.strip()
         if not eq or name not in ("parallelism", "rate", "period"):
             raise InvalidOption(
-                f"invalid Upstash-Flow-Control-Value {value!r}: expected "
-                "parallelism=<int>, rate=<int>, period=<duration>"
+                f"invalid Upstash-Flow-Control-Value {value!r}: {part!r} is not one of "
+                f"parallelism=, rate=, period= ({_FLOW_CONTROL_FORMAT})"
             )
         if name == "period":
-            fc.period = max(1, _duration(raw, "flow-control period") // 1000)
+            fc.period = _flow_period(value, raw)
         else:
-            setattr(fc, name, _int(raw, f"flow-control {name}", "an integer"))
+            # A rate or parallelism of 0 would hold the key's messages for ever.
+            if not re.fullmatch(r"\d+", raw) or int(raw) < 1:
+                raise InvalidOption(
+                    f"invalid Upstash-Flow-Control-Value {value!r}: {name} must be a whole "
+                    f"number of at least 1 ({_FLOW_CONTROL_FORMAT})"
+                )
+            setattr(fc, name, int(raw))
     return fc
+
+
+def _flow_period(value: str, raw: str) -> int:
+    """A rate period in whole seconds, from 1 s to the week QStash allows."""
+    try:
+        period_ms = parse_duration_ms(raw, what="period")
+    except (TypeError, ValueError):
+        period_ms = -1
+    if not 1000 <= period_ms <= MAX_PERIOD_S * 1000:
+        raise InvalidOption(
+            f"invalid Upstash-Flow-Control-Value {value!r}: period must be a duration from 1s "
+            f"to 7d, such as 30s, 1m or 1h30m, or a number of seconds ({_FLOW_CONTROL_FORMAT})"
+        )
+    return period_ms // 1000

@@ -2,7 +2,12 @@
 
 Fire times come from cronsim (a small, well-tested evaluator that handles DST in aware
 datetimes); a firing is one due event on the clock, so a quiet year costs nothing and a
-week of a minutely schedule costs one event per minute.
+week of a minutely schedule costs one event per minute. A paused schedule has no event on the
+clock at all: resuming plans its next firing.
+
+QStash's ``CRON_TZ=`` prefix is the syntax of Go's robfig/cron, whose standard parser also takes
+``?`` for "any" in the day fields and the ``@daily``-style descriptors; cronsim takes neither, so
+they are translated to plain fields first (the stored ``cron`` keeps the text as given).
 """
 
 from __future__ import annotations
@@ -19,6 +24,31 @@ from .options import MessageOptions
 
 class InvalidCron(ValueError):
     """A cron expression QStash would refuse."""
+
+
+#: robfig/cron's descriptors, as the five fields they stand for (``@every`` is not taken: its
+#: firing times depend on when the scheduler started, which QStash does not document).
+_DESCRIPTORS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+
+def _plain_fields(fields: str) -> str:
+    """The five fields cronsim reads: a descriptor expanded, a ``?`` day field made ``*``."""
+    expanded = _DESCRIPTORS.get(fields)
+    if expanded is not None:
+        return expanded
+    parts = fields.split()
+    if len(parts) == 5:
+        # "?" means "no specific value" in the day-of-month and day-of-week fields only.
+        parts[2], parts[4] = ("*" if p == "?" else p for p in (parts[2], parts[4]))
+    return " ".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,10 +73,12 @@ class CronExpression:
                     "such as America/New_York)"
                 ) from None
             fields = fields.strip()
+        fields = _plain_fields(fields)
         if len(fields.split()) != 5:
             raise InvalidCron(
                 f"invalid cron {text!r}: expected 5 fields (minute hour day-of-month month "
-                "day-of-week), optionally prefixed with CRON_TZ=<zone>"
+                "day-of-week) or one of " + ", ".join(_DESCRIPTORS) + ", optionally prefixed "
+                "with CRON_TZ=<zone>"
             )
         try:
             CronSim(fields, datetime(2000, 1, 1, tzinfo=timezone.utc))
@@ -92,6 +124,8 @@ class Schedule:
 
     @property
     def next_run(self) -> datetime:
+        """The next firing; while paused, the one that was next when the schedule was paused
+        (QStash documents that pausing does not move ``nextScheduleTime``)."""
         return ms_to_datetime(self.next_ms)
 
     @property

@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import islice
 
 import httpx
 
 from .account import Account
-from .clock import VirtualClock
+from .clock import DueEvent, VirtualClock
 from .flow_control import FlowKey
 from .ids import IdGenerator
 from .models import DlqEntry, Event, Message, MessageState
 from .options import MessageOptions, parse_options
 from .queues import Queue
+from .rejections import RejectedCalls
 from .retry import (
     DEFAULT_RETRIES,
     InvalidRetryDelay,
@@ -90,6 +91,8 @@ class Store:
         self.queues: dict[str, Queue] = {}
         self.flow_keys: dict[str, FlowKey] = {}
         self._dedup: dict[str, tuple[str, int]] = {}
+        #: Deduplication of schedule creations: key -> (schedule id, expiry).
+        self._schedule_dedup: dict[str, tuple[str, int]] = {}
         self._generation: dict[str, int] = {}
         #: The message whose delivery is running: what it publishes is its cascade.
         self.delivering: Message | None = None
@@ -99,6 +102,8 @@ class Store:
         #: message keeps its slot until they are done, as on QStash.
         self._callbacks_pending: dict[str, set[str]] = {}
         self.workflows = WorkflowRuns()
+        #: API calls answered with an error (the newest kept), for the failure report.
+        self.api_errors = RejectedCalls()
 
     # -- creation ---------------------------------------------------------------------------
     def create_message(
@@ -343,6 +348,7 @@ class Store:
             callback_for=failed.callback_for,
         )
         message.workflow_run_id = failed.workflow_run_id
+        message.is_failure_callback = failed.is_failure_callback
         del self.dlq[dlq_id]
         return message
 
@@ -372,6 +378,34 @@ class Store:
         flow.waiting[message.message_id] = None
         self._plan_wake(flow)
         return False
+
+    def live_due_ms(self, event: DueEvent) -> int | None:
+        """When a pending clock event will do something, read without changing anything; None
+        when it is stale or held: a firing of a schedule paused, replaced or deleted since, a
+        delivery of a message cancelled or moved on, or of one that waits in a paused queue
+        (or behind its queue's earlier messages) or for a paused flow-control key. A message
+        over its key's rate is due when the key's period ends."""
+        if event.kind == "cron":
+            schedule = self.schedules.get(event.target)
+            if schedule is None or schedule.paused or schedule.generation != event.generation:
+                return None
+            return event.due_ms
+        if event.kind == "flow":
+            flow = self.flow_keys.get(event.target)
+            if flow is None or flow.paused or not flow.waiting or flow.wake_ms != event.due_ms:
+                return None
+            return event.due_ms
+        message = self.is_current(event.target, event.generation)
+        if message is None:
+            return None
+        queue = self.queues.get(message.queue) if message.queue else None
+        if queue is not None and not queue.may_start(message.message_id):
+            return None  # released (with a new event) when its queue lets it start
+        fc = message.flow_control
+        flow = self.flow_keys.get(fc.key) if fc is not None and fc.key else None
+        if fc is None or flow is None:
+            return event.due_ms
+        return flow.next_start_ms(fc, event.due_ms)
 
     def flow_key(self, key: str) -> FlowKey:
         flow = self.flow_keys.get(key)
@@ -471,8 +505,23 @@ class Store:
         content: bytes,
         opts: MessageOptions,
         schedule_id: str | None = None,
-    ) -> Schedule:
-        """Create a schedule, or replace every setting of an existing one with this id."""
+    ) -> tuple[Schedule, bool]:
+        """Create a schedule, or replace every setting of an existing one with this id.
+
+        Returns the schedule and whether the request was deduplicated: a deduplication id (or
+        content-based deduplication) applies once, to the creation, as QStash evaluates it
+        before creating the schedule; an earlier creation with the same key within the window
+        is answered instead. The firings never carry the deduplication options (each would
+        be deduplicated into the one before), nor ``Upstash-Not-Before``, which QStash does
+        not take on schedules.
+        """
+        key = self._schedule_dedup_key(destination, cron, content, opts, schedule_id)
+        hit = self._schedule_dedup.get(key) if key is not None else None
+        if hit is not None and hit[1] > self.clock.now_ms and hit[0] in self.schedules:
+            return self.schedules[hit[0]], True
+        opts = replace(
+            opts, deduplication_id=None, content_based_deduplication=False, not_before_ms=None
+        )
         if schedule_id is None:
             schedule_id = "scd_" + self.ids.token(28)
         now = self.clock.now_ms
@@ -488,36 +537,76 @@ class Store:
             queue=opts.queue,
             generation=old.generation + 1 if old else 0,
         )
+        if old is not None:
+            # An overwrite replaces the settings the request carries; the schedule's own state
+            # (created, paused or not, its last firing) is no setting and stays.
+            schedule.created_ms, schedule.paused = old.created_ms, old.paused
+            schedule.last_ms, schedule.last_message_ids = old.last_ms, old.last_message_ids
+            schedule.error, schedule.caller_ip = old.error, old.caller_ip
         self.schedules[schedule_id] = schedule
-        self.clock.schedule(schedule.next_ms, "cron", schedule_id, schedule.generation)
-        return schedule
+        if not schedule.paused:
+            self.clock.schedule(schedule.next_ms, "cron", schedule_id, schedule.generation)
+        if key is not None:
+            self._schedule_dedup[key] = (schedule_id, now + self.dedup_window_ms)
+        return schedule, False
+
+    def _schedule_dedup_key(
+        self,
+        destination: str,
+        cron: CronExpression,
+        content: bytes,
+        opts: MessageOptions,
+        schedule_id: str | None,
+    ) -> str | None:
+        key = self.dedup_key(destination, content, opts)
+        if key is None or opts.deduplication_id is not None:
+            return key
+        # Content-based: QStash hashes every header sent, so the cron and the id count too.
+        extra = hashlib.sha256(f"{cron.text}\n{schedule_id or ''}".encode()).hexdigest()
+        return f"{key}|{extra}"
 
     def delete_schedule(self, schedule_id: str) -> bool:
+        # Its planned firing stays on the clock, stale: it is skipped when due.
         return self.schedules.pop(schedule_id, None) is not None
 
+    def pause_schedule(self, schedule: Schedule) -> None:
+        """Stop the firings. The planned one goes stale (skipped when due) and nothing more is
+        planned, so a paused schedule costs nothing however far the clock moves."""
+        if schedule.paused:
+            return
+        schedule.paused = True
+        schedule.generation += 1
+
+    def resume_schedule(self, schedule: Schedule) -> None:
+        """Fire again from the next cron time after now; the firings skipped are not caught up."""
+        if not schedule.paused:
+            return
+        schedule.paused = False
+        schedule.generation += 1
+        schedule.next_ms = schedule.expression.next_after_ms(self.clock.now_ms)
+        self.clock.schedule(schedule.next_ms, "cron", schedule.schedule_id, schedule.generation)
+
     def fire_schedule(self, schedule_id: str, generation: int) -> list[Message]:
-        """A cron firing: publish from the template unless paused, then plan the next one."""
+        """A cron firing: publish from the template, then plan the next one."""
         schedule = self.schedules.get(schedule_id)
-        if schedule is None or schedule.generation != generation:
-            return []  # deleted or replaced since this firing was planned
+        if schedule is None or schedule.generation != generation or schedule.paused:
+            return []  # deleted, replaced or paused since this firing was planned
         now = self.clock.now_ms
         created: list[Message] = []
-        if not schedule.paused:
-            try:
-                published, _ = self.publish(
-                    schedule.destination,
-                    schedule.content,
-                    schedule.options,
-                    queue=schedule.queue,
-                    schedule_id=schedule_id,
-                )
-                created = [p.message for p in published]
-                schedule.error = None
-            except UnknownDestination:
-                schedule.error = f"url group {schedule.destination} does not exist"
-            schedule.last_ms = now
-            schedule.last_message_ids = [m.message_id for m in created]
-        # Pausing does not move the schedule: firings while paused are skipped.
+        try:
+            published, _ = self.publish(
+                schedule.destination,
+                schedule.content,
+                schedule.options,
+                queue=schedule.queue,
+                schedule_id=schedule_id,
+            )
+            created = [p.message for p in published]
+            schedule.error = None
+        except UnknownDestination:
+            schedule.error = f"url group {schedule.destination} does not exist"
+        schedule.last_ms = now
+        schedule.last_message_ids = [m.message_id for m in created]
         schedule.next_ms = schedule.expression.next_after_ms(now)
         self.clock.schedule(schedule.next_ms, "cron", schedule_id, generation)
         return created
@@ -535,10 +624,12 @@ class Store:
         self._generation[message.message_id] = generation
         self.clock.schedule(due_ms, "deliver", message.message_id, generation)
 
-    def _fail(self, message: Message, result: AttemptResult) -> DlqEntry:
+    def _fail(self, message: Message, result: AttemptResult) -> DlqEntry | None:
         message.state = "FAILED"
         self._log(message, "FAILED", result=result, error=_error_text(result))
         self._finished(message)
+        if message.workflow_run_id is not None and self.workflows.is_third_party_call(message):
+            return None
         self._dlq_seq += 1
         entry = DlqEntry(
             dlq_id=f"{self.clock.now_ms}-{self._dlq_seq}",

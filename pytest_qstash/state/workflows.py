@@ -314,6 +314,13 @@ class WorkflowRuns:
             run.completed_ms = now_ms
             run.dlq_id = entry.dlq_id
 
+    def is_third_party_call(self, message: Message) -> bool:
+        """A ``context.call``'s request to the third party. When it fails for good, its last
+        answer still reaches the run through the callback as an ordinary result (Upstash:
+        a non-2xx call "will still be treated as successful"), so it is not dead-lettered."""
+        found = self.membership(message.message_id)
+        return found is not None and found[1] == TO_CALLBACK
+
     def failure_fields(self, message: Message) -> dict[str, Any]:
         """What a workflow failure callback adds to QStash's callback JSON: the run, and the
         run's *initial* payload as ``sourceBody`` (the ``InitialBody`` feature)."""

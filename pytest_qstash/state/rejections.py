@@ -1,0 +1,41 @@
+"""API calls the fake answered with an error: kept so a failure report can show a publish the
+app tried, was refused, and swallowed the error of."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+#: Only the newest are kept: an app retrying a bad call in a loop must not grow memory.
+MAX_KEPT = 50
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedCall:
+    method: str
+    #: The raw path, query left out (it may carry the token).
+    path: str
+    status: int
+    error: str
+    at_ms: int
+    #: Answered by a fault armed with ``qstash.fail_next``, not by the API itself.
+    injected: bool = False
+
+
+class RejectedCalls:
+    """The newest ``MAX_KEPT`` rejected calls, oldest first, and how many there were in all."""
+
+    def __init__(self) -> None:
+        self._kept: deque[RejectedCall] = deque(maxlen=MAX_KEPT)
+        self.total = 0
+
+    def record(self, call: RejectedCall) -> None:
+        self._kept.append(call)
+        self.total += 1
+
+    def __iter__(self) -> Iterator[RejectedCall]:
+        return iter(self._kept)
+
+    def __len__(self) -> int:
+        return len(self._kept)
