@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from inner_pytest import run_inner
 
 ENV_NAMES = ("QSTASH_TOKEN", "QSTASH_CURRENT_SIGNING_KEY", "QSTASH_NEXT_SIGNING_KEY")
 
@@ -18,17 +19,7 @@ def endpoint(request):
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    # Hypothesis' plugin would re-import hypothesis for every inner run (pytester restores
-    # sys.modules after each): a second each, for nothing these suites use.
-    return pytester.runpytest(
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:hypothesispytest",
-        "-o",
-        "asyncio_default_fixture_loop_scope=function",
-        *args,
-    )
+    return run_inner(pytester, *args)
 
 
 # -- environment before collection -------------------------------------------------------------

@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 import pytest
+from inner_pytest import run_inner
 
 
 @pytest.fixture(autouse=True)
@@ -88,16 +89,7 @@ def test_workflow_runs_are_listed_with_their_steps(pytester: pytest.Pytester) ->
 
 def _run(pytester: pytest.Pytester, source: str) -> pytest.RunResult:
     pytester.makepyfile(source)
-    # Without hypothesis' plugin: it would re-import hypothesis for every inner run (pytester
-    # restores sys.modules after each), a second each for nothing these suites use.
-    return pytester.runpytest(
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:hypothesispytest",
-        "-o",
-        "asyncio_default_fixture_loop_scope=function",
-    )
+    return run_inner(pytester)
 
 
 def test_a_fixture_failing_after_the_fake_was_used_gets_the_section(
