@@ -77,10 +77,17 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def _bool_ini(config: pytest.Config, name: str) -> bool:
+    try:
+        return bool(config.getini(name))
+    except (ValueError, pytest.UsageError) as exc:  # pytest's own says nothing of which option
+        pytest.fail(f"bad qstash setting: {name}: {exc} (expected true or false)", pytrace=False)
+
+
 def _settings(request: pytest.FixtureRequest) -> dict[str, Any]:
     config = request.config
     settings: dict[str, Any] = {
-        option: config.getini(name) for name, (option, _) in _BOOL_INI.items()
+        option: _bool_ini(config, name) for name, (option, _) in _BOOL_INI.items()
     }
     settings["time_library"] = config.getini("qstash_time_library") or "auto"
     # Ids are seeded by the test's id: the same on every run of a test, yet different from

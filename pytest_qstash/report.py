@@ -169,9 +169,10 @@ def _rejected_lines(store: Store) -> list[str]:
         lines.append(f"  ... {earlier} earlier rejected call(s) not shown ...")
     for call in shown:
         injected = " (injected by fail_next)" if call.injected else ""
+        error = _clip(" ".join(call.error.split()), 160)  # the API's own words, unquoted
         lines.append(
             f"  {_when(call.at_ms)} {call.method} {_clip(call.path, 100)} -> {call.status} "
-            f"{_short(call.error, 160)}{injected}"
+            f"{error}{injected}"
         )
     return lines
 

@@ -376,3 +376,34 @@ def test_the_apps_local_time_follows_the_zone_and_its_dst(new_york: object, libr
         assert datetime.now() == datetime(2026, 3, 9, 8, 0)
         assert datetime.now().astimezone().utcoffset() == timedelta(hours=-4)
         assert datetime.now().astimezone() == fake.now
+
+
+@pytest.mark.parametrize(
+    ("moment", "error"),
+    [
+        (None, TypeError),
+        (float("inf"), ValueError),
+        (float("nan"), ValueError),
+        (datetime.max, ValueError),
+        (1e20, ValueError),  # far beyond 9999: a timestamp in microseconds, say
+        (-1, ValueError),
+    ],
+)
+def test_advance_to_refuses_what_is_no_moment(
+    qstash: FakeQStash, moment: object, error: type[Exception]
+) -> None:
+    before = qstash.now
+    with pytest.raises(error, match="invalid moment"):
+        qstash.advance_to(moment)  # type: ignore[arg-type]
+    assert qstash.now == before
+    assert qstash.advance("1s") == []  # the fake is still whole
+
+
+@pytest.mark.parametrize("start", [1e20, float("nan"), "1e20"])
+def test_a_start_out_of_range_is_refused_at_once(start: object) -> None:
+    with pytest.raises(ValueError, match="invalid moment"):
+        FakeQStash(start=start)  # type: ignore[arg-type]
+
+
+def test_a_start_in_unix_seconds_may_be_a_string() -> None:
+    assert FakeQStash(start="1767225600").now == datetime(2026, 1, 1, tzinfo=timezone.utc)

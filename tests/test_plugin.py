@@ -99,6 +99,32 @@ def test_users_own_keys_are_kept_and_signed_with(
 
 
 # -- ini options and the marker ----------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("line", "outcome"),
+    [
+        ("qstash_start = 1767225600", "passed"),  # unix seconds, as the marker takes them
+        ("qstash_strict = maybe", "*bad qstash setting: qstash_strict: *expected true or false*"),
+        ("qstash_start = soon", "*bad qstash setting: invalid moment 'soon'*"),
+    ],
+)
+def test_ini_values_are_read_or_refused_by_name(
+    pytester: pytest.Pytester, line: str, outcome: str
+) -> None:
+    pytester.makeini(f"[pytest]\n{line}\n")
+    pytester.makepyfile(
+        """
+        def test_x(qstash):
+            assert qstash.now.isoformat() == "2026-01-01T00:00:00+00:00"
+        """
+    )
+    result = run(pytester)
+    if outcome == "passed":
+        result.assert_outcomes(passed=1)
+    else:
+        result.assert_outcomes(errors=1)
+        result.stdout.fnmatch_lines([outcome])
+
+
 def test_ini_options(pytester: pytest.Pytester) -> None:
     pytester.makeini(
         """

@@ -381,6 +381,17 @@ def test_overwriting_a_paused_schedule_keeps_it_paused_and_keeps_its_creation_ti
     assert {body for _, body, _ in received[2:]} == {"new"}
 
 
+def test_a_schedule_held_by_the_test_shows_an_overwrite(qstash: FakeQStash, client: QStash) -> None:
+    client.schedule.create(destination=f"{BASE}/tick", cron="0 9 * * *", schedule_id="daily")
+    [held] = qstash.schedules
+
+    client.schedule.create(destination=f"{BASE}/tick", cron="30 9 * * *", schedule_id="daily")
+    client.schedule.pause("daily")
+
+    assert qstash.schedules == [held]  # the same object, updated in place
+    assert (held.cron, held.paused) == ("30 9 * * *", True)
+
+
 @pytest.mark.parametrize(
     ("cron", "advance", "expected"),
     [

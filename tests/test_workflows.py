@@ -405,7 +405,12 @@ def test_a_failing_third_party_call_comes_back_as_a_result(qstash: FakeQStash) -
 
 # -- runs through the REST API ------------------------------------------------------------------
 @at_start
-def test_cancelling_a_run_drops_what_it_still_owes(qstash: FakeQStash, client: QStash) -> None:
+@pytest.mark.parametrize("query", ["?cancel=true", ""], ids=["cancel=true", "no query"])
+def test_cancelling_a_run_drops_what_it_still_owes(
+    qstash: FakeQStash, client: QStash, query: str
+) -> None:
+    # Upstash's "Cancel Workflow Run" is the DELETE without a query; only the SDK's own
+    # "the route function returned" sends cancel=false.
     journal = Journal()
     qstash.mount(APP, fastapi_workflow_app(journal))
     qstash.mount(STOCK_URL, stock_app(journal))
@@ -416,7 +421,7 @@ def test_cancelling_a_run_drops_what_it_still_owes(qstash: FakeQStash, client: Q
     assert sleeping.state == "CREATED"
 
     client.http.request(
-        path=f"/v2/workflows/runs/{run_id}?cancel=true", method="DELETE", parse_response=False
+        path=f"/v2/workflows/runs/{run_id}{query}", method="DELETE", parse_response=False
     )
 
     assert run.state == "RUN_CANCELED"
@@ -554,3 +559,9 @@ def test_an_unmocked_third_party_names_the_call_and_the_run(qstash: FakeQStash) 
 
     assert f"the context.call 'reserve' of workflow run {run_id}" in str(info.value)
     assert f"{STOCK_URL}/reserve" in str(info.value)
+
+
+def test_trigger_refuses_headers_that_are_not_a_mapping(qstash: FakeQStash) -> None:
+    with pytest.raises(TypeError, match="expected a mapping"):
+        qstash.trigger(ORDER_URL, headers="X-Tenant: acme")  # type: ignore[arg-type]
+    assert qstash.runs == []

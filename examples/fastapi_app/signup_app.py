@@ -110,8 +110,11 @@ async def verified_job(request: Request) -> dict[str, Any]:
     if signature is None:
         raise HTTPException(401, "missing Upstash-Signature")
     try:
-        # Behind a proxy request.url may differ from the public URL QStash signed: use the latter.
-        receiver.verify(signature=signature, body=body, url=f"{BASE_URL}{request.url.path}")
+        # Behind a proxy request.url may differ from the public URL QStash signed: rebuild that
+        # one, query string included (the signature covers the exact URL).
+        query = f"?{request.url.query}" if request.url.query else ""
+        url = f"{BASE_URL}{request.url.path}{query}"
+        receiver.verify(signature=signature, body=body, url=url)
     except SignatureError as exc:
         raise HTTPException(401, f"invalid signature: {exc}") from exc
     payload: dict[str, Any] = json.loads(body)

@@ -94,8 +94,10 @@ def verified_json() -> Any:
     if signature is None:
         abort(401, "missing Upstash-Signature")
     try:
-        # Behind a proxy request.url may differ from the public URL QStash signed: use the latter.
-        receiver.verify(signature=signature, body=body, url=f"{BASE_URL}{request.path}")
+        # Behind a proxy request.url may differ from the public URL QStash signed: rebuild that
+        # one, query string included (the signature covers the exact URL).
+        url = f"{BASE_URL}{request.full_path.rstrip('?')}"
+        receiver.verify(signature=signature, body=body, url=url)
     except SignatureError as exc:
         abort(401, f"invalid signature: {exc}")
     return json.loads(body)

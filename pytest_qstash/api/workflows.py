@@ -67,8 +67,10 @@ def trigger(
     version header the SDK would treat it as a new request and start a run of its own, under
     an id it mints.)
     """
-    if not url.startswith(("http://", "https://")):
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise ValueError(f"invalid workflow url {url!r}: expected an http:// or https:// URL")
+    if headers is not None and not isinstance(headers, Mapping):
+        raise TypeError(f"invalid headers {headers!r}: expected a mapping of name to value")
     run_id = run_id or "wfr_" + store.ids.token(21)
     if store.workflows.get(run_id) is not None:
         raise ValueError(f"a workflow run {run_id!r} already exists")
@@ -139,11 +141,12 @@ def notify(store: Store, event_id: str, data: bytes) -> list[dict[str, Any]]:
 # -- endpoints ------------------------------------------------------------------------------
 def end_run(store: Store, request: httpx.Request, run_id: str) -> httpx.Response:
     """``DELETE /v2/workflows/runs/{id}?cancel=false`` is the SDK reporting that the route
-    function returned; ``cancel=true`` cancels the run and what it still owes."""
+    function returned; without ``cancel=false`` (Upstash's "Cancel Workflow Run", what a test
+    or an app sends by hand) it cancels the run and what it still owes."""
     run = store.workflows.get(run_id)
     if run is None or not run.active:
         raise ApiError(404, NOT_FOUND)
-    if request.url.params.get("cancel", "false").lower() == "true":
+    if request.url.params.get("cancel", "true").lower() != "false":
         _cancel(store, run)
     else:
         text = request.content.decode("utf-8", errors="replace")

@@ -525,25 +525,27 @@ class Store:
         if schedule_id is None:
             schedule_id = "scd_" + self.ids.token(28)
         now = self.clock.now_ms
-        old = self.schedules.get(schedule_id)
-        schedule = Schedule(
-            schedule_id=schedule_id,
-            destination=destination,
-            expression=cron,
-            content=content,
-            options=opts,
-            created_ms=now,
-            next_ms=cron.next_after_ms(now),
-            queue=opts.queue,
-            generation=old.generation + 1 if old else 0,
-        )
-        if old is not None:
-            # An overwrite replaces the settings the request carries; the schedule's own state
-            # (created, paused or not, its last firing) is no setting and stays.
-            schedule.created_ms, schedule.paused = old.created_ms, old.paused
-            schedule.last_ms, schedule.last_message_ids = old.last_ms, old.last_message_ids
-            schedule.error, schedule.caller_ip = old.error, old.caller_ip
-        self.schedules[schedule_id] = schedule
+        schedule = self.schedules.get(schedule_id)
+        if schedule is None:
+            schedule = Schedule(
+                schedule_id=schedule_id,
+                destination=destination,
+                expression=cron,
+                content=content,
+                options=opts,
+                created_ms=now,
+                next_ms=cron.next_after_ms(now),
+                queue=opts.queue,
+            )
+            self.schedules[schedule_id] = schedule
+        else:
+            # An overwrite replaces the settings the request carries, on the same object (a
+            # test holding it sees the change); the schedule's own state (created, paused or
+            # not, its last firing) is no setting and stays.
+            schedule.destination, schedule.expression = destination, cron
+            schedule.content, schedule.options, schedule.queue = content, opts, opts.queue
+            schedule.next_ms = cron.next_after_ms(now)
+            schedule.generation += 1  # the firing planned under the old settings goes stale
         if not schedule.paused:
             self.clock.schedule(schedule.next_ms, "cron", schedule_id, schedule.generation)
         if key is not None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
+
+from .models import ms_to_datetime
 
 
 @dataclass(eq=False, slots=True)
@@ -17,6 +20,19 @@ class UrlGroup:
     created_ms: int
     updated_ms: int
     endpoints: list[Endpoint] = field(default_factory=list)
+
+    @property
+    def created_at(self) -> datetime:
+        return ms_to_datetime(self.created_ms)
+
+    @property
+    def updated_at(self) -> datetime:
+        return ms_to_datetime(self.updated_ms)
+
+    def __repr__(self) -> str:
+        endpoints = ", ".join(f"{e.name}={e.url}" if e.name else e.url for e in self.endpoints)
+        updated = self.updated_at.isoformat()
+        return f"<UrlGroup {self.name} endpoints=[{endpoints}] updated={updated}>"
 
     def upsert(self, endpoint: Endpoint, now_ms: int) -> None:
         # The URL is an endpoint's identity; upserting it again renames it.
