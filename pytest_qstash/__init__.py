@@ -7,6 +7,7 @@ from .delivery.lifespan import LifespanError
 from .durations import parse_duration_ms
 from .errors import AsyncContextError, DeliveryLoopError, QStashFakeError, UnroutedDeliveryError
 from .fake import FakeQStash
+from .query import Found
 from .state.models import Delivery, DlqEntry, Event, FlowControl, Message, MessageState
 from .state.queues import Queue
 from .state.schedules import Schedule
@@ -23,6 +24,7 @@ __all__ = [
     "FakeQStash",
     "Fault",
     "FlowControl",
+    "Found",
     "LifespanError",
     "Message",
     "MessageState",

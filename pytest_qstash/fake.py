@@ -22,6 +22,7 @@ from .delivery.transports import Sender
 from .durations import Duration, parse_duration_ms
 from .errors import AsyncContextError
 from .intercept import DEFAULT_HOSTS, QStashRouter
+from .query import Found
 from .state.account import Account
 from .state.clock import VirtualClock
 from .state.ids import IdGenerator
@@ -324,37 +325,37 @@ class FakeQStash:
 
     # -- what the test reads ----------------------------------------------------------------
     @property
-    def messages(self) -> list[Message]:
-        return list(self.store.messages.values())
+    def messages(self) -> Found[Message]:
+        return Found(self.store.messages.values(), "message")
 
     @property
-    def deliveries(self) -> list[Delivery]:
-        return list(self._dispatcher.deliveries)
+    def deliveries(self) -> Found[Delivery]:
+        return Found(self._dispatcher.deliveries, "delivery")
 
     @property
-    def dlq(self) -> list[DlqEntry]:
-        return list(self.store.dlq.values())
+    def dlq(self) -> Found[DlqEntry]:
+        return Found(self.store.dlq.values(), "DLQ entry")
 
     @property
-    def events(self) -> list[Event]:
-        return list(self.store.events)
+    def events(self) -> Found[Event]:
+        return Found(self.store.events, "event")
 
     @property
-    def queues(self) -> list[Queue]:
-        return list(self.store.queues.values())
+    def queues(self) -> Found[Queue]:
+        return Found(self.store.queues.values(), "queue")
 
     @property
-    def schedules(self) -> list[Schedule]:
-        return list(self.store.schedules.values())
+    def schedules(self) -> Found[Schedule]:
+        return Found(self.store.schedules.values(), "schedule")
 
     @property
-    def url_groups(self) -> list[UrlGroup]:
-        return list(self.store.url_groups.values())
+    def url_groups(self) -> Found[UrlGroup]:
+        return Found(self.store.url_groups.values(), "URL group")
 
     @property
-    def runs(self) -> list[WorkflowRun]:
+    def runs(self) -> Found[WorkflowRun]:
         """Upstash Workflow runs, in the order they started."""
-        return list(self.store.workflows.runs.values())
+        return Found(self.store.workflows.runs.values(), "workflow run")
 
     # -- the outside world ------------------------------------------------------------------
     def trigger(
