@@ -20,7 +20,7 @@ from .delivery.dispatcher import Dispatcher, DispatchSettings
 from .delivery.mounts import MountTable
 from .delivery.transports import Sender
 from .durations import Duration, parse_duration_ms
-from .errors import AsyncContextError
+from .errors import AsyncContextError, DeliveryLoopError
 from .intercept import DEFAULT_HOSTS, QStashRouter
 from .query import Found
 from .state.account import Account
@@ -280,6 +280,47 @@ class FakeQStash:
         _refuse_inside_loop("advance_to(...)", "aadvance_to(...)")
         return self._dispatcher.run(self._moment(moment))
 
+    def drain(self, within: Duration = "30d") -> list[Delivery]:
+        """Deliver everything pending, each at its own due time, until nothing more is due
+        within ``within`` of now (default 30 days). Unlike ``advance(within)``, the clock
+        stops at the last thing delivered, not at the limit: "run this workflow to its end".
+        A schedule is never idle: its firings go on until the limit."""
+        __tracebackhide__ = True
+        _refuse_inside_loop("drain()", "adrain()")
+        limit = self._target(within)
+        made = self._dispatcher.run(self.clock.now_ms)
+        while (due := self._next_due_ms()) is not None and due <= limit:
+            self._check_drained(len(made))
+            stuck = due <= self.clock.now_ms
+            step = self._dispatcher.run(max(due, self.clock.now_ms))
+            if stuck and not step:
+                break  # due, yet nothing could be delivered: never spin on it
+            made += step
+        return made
+
+    async def adrain(self, within: Duration = "30d") -> list[Delivery]:
+        __tracebackhide__ = True
+        limit = self._target(within)
+        made = await self._dispatcher.arun(self.clock.now_ms)
+        while (due := self._next_due_ms()) is not None and due <= limit:
+            self._check_drained(len(made))
+            stuck = due <= self.clock.now_ms
+            step = await self._dispatcher.arun(max(due, self.clock.now_ms))
+            if stuck and not step:
+                break
+            made += step
+        return made
+
+    def _check_drained(self, made: int) -> None:
+        # Each step is its own dispatcher call: bound the whole drain as one call is bounded.
+        limit = self._dispatcher.settings.max_per_call
+        if made >= limit:
+            raise DeliveryLoopError(
+                f"drain() stopped after {made} deliveries (max_deliveries_per_call={limit}) "
+                f"at {self.now.isoformat()}: something keeps publishing (a handler republishing "
+                "itself with a delay?). Nothing is lost; raise the limit if this is intended."
+            )
+
     async def atick(self) -> list[Delivery]:
         __tracebackhide__ = True
         return await self._dispatcher.arun(self.clock.now_ms)
@@ -297,6 +338,10 @@ class FakeQStash:
 
         What cannot happen until the test acts is not due: a paused schedule's firings, and
         the messages held by a paused queue or a paused flow-control key."""
+        due = self._next_due_ms()
+        return None if due is None else ms_to_datetime(due)
+
+    def _next_due_ms(self) -> int | None:
         earliest: int | None = None
         for event in self.clock.pending():
             if earliest is not None and event.due_ms >= earliest:
@@ -304,7 +349,7 @@ class FakeQStash:
             due = self.store.live_due_ms(event)
             if due is not None and (earliest is None or due < earliest):
                 earliest = due
-        return None if earliest is None else ms_to_datetime(earliest)
+        return earliest
 
     def _target(self, duration: Duration) -> int:
         target = self.clock.now_ms + parse_duration_ms(duration)

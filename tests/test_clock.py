@@ -12,7 +12,7 @@ from apps import WebApp, make_fastapi_app, make_flask_app
 from qstash import AsyncQStash, QStash
 from qstash.message import PublishResponse
 
-from pytest_qstash import AsyncContextError, FakeQStash
+from pytest_qstash import AsyncContextError, DeliveryLoopError, FakeQStash
 
 BASE = "https://app.example.com"
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -407,3 +407,71 @@ def test_a_start_out_of_range_is_refused_at_once(start: object) -> None:
 
 def test_a_start_in_unix_seconds_may_be_a_string() -> None:
     assert FakeQStash(start="1767225600").now == datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+# -- drain -------------------------------------------------------------------------------------
+@at_start
+def test_drain_delivers_everything_and_stops_at_the_last_delivery(
+    qstash: FakeQStash, client: QStash, web: WebApp
+) -> None:
+    publish(client, delay="10m")
+    publish(client, f"{BASE}/http-500", retries=2)  # attempts at 0, 12.182 s, 160.595 s
+
+    deliveries = qstash.drain()
+
+    assert [d.at - START for d in deliveries] == [
+        timedelta(0),
+        timedelta(seconds=12.182),
+        timedelta(seconds=160.595),
+        timedelta(minutes=10),
+    ]
+    assert qstash.now == START + timedelta(minutes=10)  # not 30 days on
+    assert {m.state for m in qstash.messages} == {"DELIVERED", "FAILED"}
+    assert qstash.next_due() is None
+    assert qstash.drain() == []  # idle: nothing moves
+    assert qstash.now == START + timedelta(minutes=10)
+
+
+@at_start
+def test_drain_leaves_what_is_due_beyond_its_limit(
+    qstash: FakeQStash, client: QStash, web: WebApp
+) -> None:
+    publish(client, delay="2d")
+    client.schedule.create(destination=f"{BASE}/webhook", cron="0 * * * *")
+
+    deliveries = qstash.drain("3h")  # a schedule is never idle: it fires up to the limit
+
+    assert len(deliveries) == 3
+    assert qstash.now == START + timedelta(hours=3)
+    assert qstash.messages[0].state == "CREATED"  # the 2-day one still waits
+
+
+@at_start
+@pytest.mark.qstash(max_deliveries_per_call=20)
+def test_drain_of_a_handler_that_keeps_republishing_stops(
+    qstash: FakeQStash, client: QStash
+) -> None:
+    republisher = QStash(os.environ["QSTASH_TOKEN"], retry=False)
+
+    def again(request: object) -> None:
+        republisher.message.publish(url=f"{BASE}/again", body="x", delay="1m")
+
+    qstash.mount(BASE, again)
+    publish(client, f"{BASE}/again")
+
+    with pytest.raises(DeliveryLoopError, match=r"drain\(\) stopped after 20 deliveries"):
+        qstash.drain()
+    assert len(qstash.deliveries) == 20
+
+
+@pytest.mark.asyncio
+@at_start
+async def test_adrain(qstash: FakeQStash, aclient: AsyncQStash, web: WebApp) -> None:
+    await aclient.message.publish(url=f"{BASE}/webhook", body="later", delay="1h")
+
+    [delivery] = await qstash.adrain()
+
+    assert delivery.at == START + timedelta(hours=1)
+    assert qstash.now == START + timedelta(hours=1)
+    with pytest.raises(AsyncContextError, match="adrain"):
+        qstash.drain()

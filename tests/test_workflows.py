@@ -565,3 +565,19 @@ def test_trigger_refuses_headers_that_are_not_a_mapping(qstash: FakeQStash) -> N
     with pytest.raises(TypeError, match="expected a mapping"):
         qstash.trigger(ORDER_URL, headers="X-Tenant: acme")  # type: ignore[arg-type]
     assert qstash.runs == []
+
+
+@at_start
+def test_drain_runs_a_workflow_to_its_end(qstash: FakeQStash) -> None:
+    journal = Journal()
+    qstash.mount(APP, fastapi_workflow_app(journal))
+    qstash.mount(STOCK_URL, stock_app(journal))
+    payload = order_payload(qstash)
+    run_id = qstash.trigger(ORDER_URL, payload)
+
+    qstash.drain()
+
+    run = run_of(qstash, run_id)
+    assert run.state == "RUN_SUCCESS"
+    assert qstash.now == run.completed_at  # the clock stops where the run ended
+    assert qstash.now.timestamp() == payload["ship_at"]
