@@ -5,7 +5,13 @@ from __future__ import annotations
 from .api.faults import Fault
 from .delivery.lifespan import LifespanError
 from .durations import parse_duration_ms
-from .errors import AsyncContextError, DeliveryLoopError, QStashFakeError, UnroutedDeliveryError
+from .errors import (
+    AsyncContextError,
+    DeliveryLoopError,
+    QStashFakeError,
+    ReentrantCallError,
+    UnroutedDeliveryError,
+)
 from .fake import FakeQStash
 from .query import Found
 from .state.models import Delivery, DlqEntry, Event, FlowControl, Message, MessageState
@@ -30,6 +36,7 @@ __all__ = [
     "MessageState",
     "QStashFakeError",
     "Queue",
+    "ReentrantCallError",
     "Schedule",
     "UnroutedDeliveryError",
     "UrlGroup",

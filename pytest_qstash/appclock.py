@@ -101,6 +101,7 @@ class FreezegunClock:
         self._factory = self._freezer.start()
         self._ms = ms
         _restore_real_timers(self._freezer)
+        _local_time_at_the_frozen_moment(self._freezer)
 
     def move_to(self, ms: int) -> None:
         if self._factory is not None and ms != self._ms:
@@ -150,6 +151,30 @@ def _restore_real_timers(freezer: Any) -> None:
     for module, attribute, original in getattr(freezer, "undo_changes", ()):
         if id(original) in real_ids:
             setattr(module, attribute, original)
+
+
+def _local_time_at_the_frozen_moment(freezer: Any) -> None:
+    """freezegun's ``localtime()`` applies the zone's standard offset whatever the date and
+    leaves ``tm_gmtoff`` None (pydantic's ``PastDatetime`` then fails with a TypeError);
+    ours asks the real function about the frozen moment, as time-machine's clock answers.
+    Put in ``time`` and wherever freezegun's scan put its own (its ``stop()`` restores the
+    originals in both places)."""
+    from freezegun import api
+
+    real_localtime, real_strftime = api.real_localtime, api.real_strftime
+
+    def localtime(seconds: float | None = None) -> time.struct_time:
+        return real_localtime(time.time() if seconds is None else seconds)
+
+    def strftime(format: str, moment: Any = None) -> str:
+        return real_strftime(format, localtime() if moment is None else moment)
+
+    ours = {id(api.fake_localtime): localtime, id(api.fake_strftime): strftime}
+    time.localtime, time.strftime = localtime, strftime  # type: ignore[assignment]
+    for module, attribute, _original in getattr(freezer, "undo_changes", ()):
+        replacement = ours.get(id(getattr(module, attribute, None)))
+        if replacement is not None:
+            setattr(module, attribute, replacement)
 
 
 def make_app_clock(library: str) -> AppClock:

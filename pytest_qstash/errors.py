@@ -33,6 +33,10 @@ class DeliveryLoopError(QStashFakeError):
     """A cascade of deliveries did not settle (e.g. a handler republishing itself at once)."""
 
 
+class ReentrantCallError(QStashFakeError, RuntimeError):
+    """``tick()``/``advance()`` called from inside a delivery (an app handler, say)."""
+
+
 class AsyncContextError(QStashFakeError, RuntimeError):
     """A blocking method was called inside a running event loop."""
 

@@ -120,9 +120,6 @@ class FakeQStash:
                 signing_key=lambda: self.account.current_signing_key,
                 raise_app_exceptions=raise_app_exceptions,
                 strict_routing=strict,
-                # With no app clock (freeze_time=False or time_library="none") the app reads
-                # the real clock, so tokens are minted on it.
-                app_clock_follows=not isinstance(self._app_clock, NoAppClock),
                 max_same_instant=max_deliveries_per_instant,
                 max_per_call=max_deliveries_per_call,
             ),

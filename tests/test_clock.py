@@ -7,7 +7,9 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
+import freezegun
 import pytest
+import time_machine
 from apps import WebApp, make_fastapi_app, make_flask_app
 from qstash import AsyncQStash, QStash
 from qstash.message import PublishResponse
@@ -475,3 +477,47 @@ async def test_adrain(qstash: FakeQStash, aclient: AsyncQStash, web: WebApp) -> 
     assert qstash.now == START + timedelta(hours=1)
     with pytest.raises(AsyncContextError, match="adrain"):
         qstash.drain()
+
+
+# -- a test's own freezer ----------------------------------------------------------------------
+@freezegun.freeze_time("2026-01-01T00:00:00Z")
+def test_a_freeze_time_decorator_on_the_test_still_verifies(
+    qstash: FakeQStash, client: QStash, web: WebApp
+) -> None:
+    # The decorator wraps the test body, so it starts after the fixture and overrides the
+    # app's clock: deliveries are signed on the clock the app reads, and still verify.
+    publish(client)
+    qstash.advance("1h")
+    publish(client)
+
+    deliveries = qstash.tick()
+
+    assert [d.status for d in qstash.deliveries] == [200, 200]
+    assert [d.status for d in deliveries] == [200]
+    assert web.inbox.routes == ["webhook", "webhook"]
+
+
+@time_machine.travel("2026-01-01T00:00:00Z", tick=False)
+def test_a_time_machine_decorator_on_the_test_still_verifies(
+    qstash: FakeQStash, client: QStash, web: WebApp
+) -> None:
+    publish(client, delay="1d")
+    qstash.advance("1d")
+    assert [d.status for d in qstash.deliveries] == [200]
+
+
+def test_freezegun_local_time_is_whole(new_york: object) -> None:
+    # freezegun alone leaves tm_gmtoff None and ignores daylight saving in localtime();
+    # pydantic's PastDatetime reads it and would fail on every delivery.
+    pydantic = pytest.importorskip("pydantic")
+
+    class Signup(pydantic.BaseModel):  # type: ignore[name-defined,misc]
+        born: pydantic.PastDatetime  # type: ignore[name-defined]
+
+    with FakeQStash(start="2026-07-01T12:00:00Z", time_library="freezegun"):
+        now = time.localtime()
+        assert (now.tm_hour, now.tm_gmtoff, now.tm_isdst) == (8, -4 * 3600, 1)
+        assert time.strftime("%H:%M %z") == "08:00 -0400"
+        born = datetime(1990, 1, 1, tzinfo=timezone.utc)
+        assert Signup(born=born).born == born
+    assert time.localtime().tm_gmtoff is not None  # freezegun's own stop put the real back

@@ -17,7 +17,7 @@ from apps import FACTORIES, WebApp, make_fastapi_app, make_flask_app, make_starl
 from qstash import AsyncQStash, QStash
 from qstash.message import PublishResponse
 
-from pytest_qstash import DeliveryLoopError, FakeQStash, UnroutedDeliveryError
+from pytest_qstash import DeliveryLoopError, FakeQStash, ReentrantCallError, UnroutedDeliveryError
 
 BASE = "https://app.example.com"
 
@@ -608,3 +608,105 @@ def test_sync_ticks_keep_one_event_loop_for_the_app(qstash: FakeQStash, client: 
 
     assert loops[0] is loops[1]
     assert done == ["one", "two"]
+
+
+# -- what an app does around its answer ----------------------------------------------------------
+def background_failing_app(done: list[str]) -> fastapi.FastAPI:
+    app = fastapi.FastAPI()
+
+    def audit() -> None:
+        raise RuntimeError("audit log down")
+
+    @app.post("/charge")
+    async def charge(tasks: fastapi.BackgroundTasks) -> dict[str, bool]:
+        done.append("charged")
+        tasks.add_task(audit)  # runs after the response is sent
+        return {"ok": True}
+
+    return app
+
+
+def test_an_error_after_the_response_keeps_the_answer(qstash: FakeQStash, client: QStash) -> None:
+    # QStash got the 200: the message is delivered once; the background task's bug still
+    # surfaces from tick(), as Starlette's TestClient raises it.
+    done: list[str] = []
+    qstash.mount(BASE, background_failing_app(done))
+    publish(client, f"{BASE}/charge", "x")
+
+    with pytest.raises(RuntimeError, match="audit log down"):
+        qstash.tick()
+
+    [message] = qstash.messages
+    assert message.state == "DELIVERED"
+    [delivery] = message.deliveries
+    assert delivery.status == 200
+    assert delivery.error == "RuntimeError: audit log down (raised after the response was sent)"
+    assert qstash.advance("1d") == []
+    assert done == ["charged"]  # not charged again by a retry
+
+
+@pytest.mark.qstash(raise_app_exceptions=False)
+def test_an_error_after_the_response_is_recorded_quietly_when_asked(
+    qstash: FakeQStash, client: QStash
+) -> None:
+    done: list[str] = []
+    qstash.mount(BASE, background_failing_app(done))
+    publish(client, f"{BASE}/charge", "x")
+
+    [delivery] = qstash.tick()
+
+    assert (delivery.status, qstash.messages[0].state) == (200, "DELIVERED")
+
+
+def test_a_cancelled_delivery_leaves_the_message_due(qstash: FakeQStash, client: QStash) -> None:
+    app = fastapi.FastAPI()
+
+    @app.post("/job")
+    async def job() -> None:
+        raise asyncio.CancelledError  # not an app error: nothing was answered
+
+    qstash.mount(BASE, app)
+    publish(client, f"{BASE}/job", "x")
+    with pytest.raises(asyncio.CancelledError):
+        qstash.tick()
+
+    [message] = qstash.messages
+    assert message.state == "CREATED"  # not stuck ACTIVE
+    qstash.mount(BASE, lambda request: None)
+    [delivery] = qstash.tick()
+    assert delivery.status == 200
+
+
+@pytest.mark.asyncio
+async def test_a_fire_and_forget_publish_is_there_when_atick_returns(
+    qstash: FakeQStash, aclient: AsyncQStash
+) -> None:
+    app = fastapi.FastAPI()
+    background: set[asyncio.Task[object]] = set()
+
+    @app.post("/signup")
+    async def signup() -> None:
+        task = asyncio.create_task(aclient.message.publish(url=f"{BASE}/welcome", body="hi"))
+        background.add(task)  # not awaited: the handler answers at once
+
+    qstash.mount(BASE, app)
+    qstash.mount(f"{BASE}/welcome", lambda request: None)
+    await apublish(aclient, f"{BASE}/signup")
+
+    deliveries = await qstash.atick()
+
+    assert [d.url for d in deliveries] == [f"{BASE}/signup", f"{BASE}/welcome"]
+
+
+def test_ticking_from_inside_a_delivery_is_refused(qstash: FakeQStash, client: QStash) -> None:
+    # What an "eager" helper ends up doing: deliveries would nest and run out of time order.
+    def eager(request: httpx.Request) -> None:
+        qstash.advance("1h")
+
+    qstash.mount(BASE, eager)
+    publish(client, f"{BASE}/job", "x")
+
+    with pytest.raises(ReentrantCallError, match=r"from inside a delivery"):
+        qstash.tick()
+    assert qstash.deliveries[0].status == 500  # the handler's error, recorded as any other
+    assert qstash.now == qstash.deliveries[0].at  # the clock did not jump

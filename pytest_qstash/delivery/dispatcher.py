@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from ..errors import DeliveryLoopError, UnroutedDeliveryError
+from ..errors import DeliveryLoopError, ReentrantCallError, UnroutedDeliveryError
 from ..state.clock import VirtualClock
 from ..state.models import Delivery, DlqEntry, Message, MessageState, ms_to_datetime
 from ..state.options import canonical, derived_options, parse_options
@@ -52,8 +52,6 @@ class DispatchSettings:
     signing_key: Callable[[], str]
     raise_app_exceptions: bool = True
     strict_routing: bool = True
-    #: True when the app's clock follows the virtual one; then tokens are minted on it.
-    app_clock_follows: bool = True
     max_same_instant: int = _MAX_SAME_INSTANT
     max_per_call: int = _MAX_PER_CALL
 
@@ -78,6 +76,7 @@ class Dispatcher:
         self._recent: deque[tuple[str, str]] = deque(maxlen=5)
         # Deliveries at one virtual instant of messages published by deliveries at that
         # instant: what the loop guard counts (a chain, or a fan-out that feeds itself).
+        self._running = False
         self._cascade_instant = -1
         self._cascade_deliveries = 0
         # Parsed destination URLs: parsing is half the cost of building a delivery request.
@@ -86,6 +85,7 @@ class Dispatcher:
     # -- the two loops ----------------------------------------------------------------------
     def run(self, until_ms: int) -> list[Delivery]:
         __tracebackhide__ = True
+        self._enter()
         made: list[Delivery] = []
         try:
             while (job := self.next_job(until_ms, len(made))) is not None:
@@ -93,14 +93,19 @@ class Dispatcher:
                     outcome = self.sender.send(job.request)
                 except Unrouted as exc:
                     outcome = self._unrouted(job, exc)
+                except BaseException:
+                    self._abandon(job)
+                    raise
                 made.append(self.finish(job, outcome))
         finally:
             self.store.delivering = None
+            self._running = False
         self.settle(until_ms)
         return made
 
     async def arun(self, until_ms: int) -> list[Delivery]:
         __tracebackhide__ = True
+        self._enter()
         made: list[Delivery] = []
         try:
             while (job := self.next_job(until_ms, len(made))) is not None:
@@ -108,11 +113,26 @@ class Dispatcher:
                     outcome = await self.sender.asend(job.request)
                 except Unrouted as exc:
                     outcome = self._unrouted(job, exc)
+                except BaseException:
+                    self._abandon(job)
+                    raise
                 made.append(self.finish(job, outcome))
         finally:
             self.store.delivering = None
+            self._running = False
         self.settle(until_ms)
         return made
+
+    def _enter(self) -> None:
+        __tracebackhide__ = True
+        if self._running:
+            raise ReentrantCallError(
+                "qstash.tick()/advance() was called from inside a delivery (an app's handler, "
+                "or a respx side effect answering one): deliveries do not nest. Publishing "
+                "there only enqueues; the tick()/advance() already running delivers what "
+                "becomes due."
+            )
+        self._running = True
 
     # -- steps ------------------------------------------------------------------------------
     def next_job(self, until_ms: int, made: int) -> Job | None:
@@ -192,7 +212,10 @@ class Dispatcher:
         if message.schedule_id:
             headers["Upstash-Schedule-Id"] = message.schedule_id
         headers["Upstash-Caller-Ip"] = message.caller_ip
-        iat = self.clock.now_ms // 1000 if self.settings.app_clock_follows else int(time.time())
+        # Issued on the clock the app verifies with: the virtual one while the fake moves the
+        # app's clock, the real one with freeze_time=False, and a test's own freezer's when
+        # one (a @freeze_time decorator, say) overrides ours.
+        iat = int(time.time())
         headers["Upstash-Signature"] = sign(
             content=body,
             url=message.url,
@@ -207,6 +230,11 @@ class Dispatcher:
                 self._urls.clear()
             url = self._urls[message.url] = httpx.URL(message.url)
         return httpx.Request(message.method, url, headers=headers, content=content)
+
+    def _abandon(self, job: Job) -> None:
+        """A delivery cut short by what is no app error (a cancellation, KeyboardInterrupt,
+        SystemExit): the attempt did not happen; the message is due again, not stuck ACTIVE."""
+        self.store.requeue(job.message, job.previous_state)
 
     def _unrouted(self, job: Job, exc: Unrouted) -> Outcome:
         __tracebackhide__ = True

@@ -18,7 +18,7 @@ import functools
 import inspect
 import ipaddress
 import ssl
-from collections.abc import Awaitable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -120,14 +120,15 @@ class Sender:
             if mount.kind == "asgi" and mount.lifespan:
                 # Its lifespan runs on the portal's loop: so do its requests.
                 return await anyio.to_thread.run_sync(self.send, request)
-            if mount.kind == "asgi":
-                return await _asgi(mount.app, request)
             if mount.kind == "wsgi":
                 return await anyio.to_thread.run_sync(_wsgi, mount, request)
-            result = mount.app(request)
-            if inspect.isawaitable(result):
-                result = await result
-            return _callable_outcome(result)
+            async with _settling_background_tasks():
+                if mount.kind == "asgi":
+                    return await _asgi(mount.app, request)
+                result = mount.app(request)
+                if inspect.isawaitable(result):
+                    result = await result
+                return _callable_outcome(result)
         except Exception as exc:
             return Outcome.of_exception(exc)
 
@@ -234,12 +235,61 @@ class Sender:
             cm.__exit__(None, None, None)
 
 
+@contextlib.asynccontextmanager
+async def _settling_background_tasks() -> AsyncIterator[None]:
+    """After a delivery on the test's loop, let the tasks the app started and did not await
+    (a fire-and-forget publish) run a few passes, as the sync path does on its own loop:
+    what they publish is there when ``atick()`` returns. Never a wait: a task waiting on
+    something else stays pending."""
+    try:
+        before = asyncio.all_tasks()
+    except RuntimeError:  # not an asyncio loop (trio): nothing to settle this way
+        yield
+        return
+    yield
+    started = asyncio.all_tasks() - before
+    for _ in range(_BACKGROUND_PASSES):
+        if all(task.done() for task in started):
+            break
+        await asyncio.sleep(0)
+
+
 async def _asgi(app: Any, request: httpx.Request) -> Outcome:
+    """One request into an ASGI app. An exception after the app sent its whole response (a
+    background task's, say) does not undo the answer: QStash got it, so the attempt keeps its
+    status and only carries the exception; before that, the attempt is a 500."""
     __tracebackhide__ = True
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=True)
+    sent_all = False
+    raised: Exception | None = None
+
+    async def watched(scope: Any, receive: Any, send: Any) -> None:
+        nonlocal sent_all, raised
+
+        async def watched_send(message: Any) -> None:
+            nonlocal sent_all
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                sent_all = True
+
+        try:
+            await app(scope, receive, watched_send)
+        except Exception as exc:
+            raised = exc
+            raise
+
+    transport = httpx.ASGITransport(app=watched, raise_app_exceptions=False)
     response = await transport.handle_async_request(request)
     content = await response.aread()
-    return Outcome(response.status_code, response.headers, content)
+    if raised is None:
+        return Outcome(response.status_code, response.headers, content)
+    if not sent_all:
+        return Outcome.of_exception(raised)
+    # Sent, then raised: Starlette's error middleware answers 500 and re-raises; a background
+    # task fails after the app's own answer, which stands.
+    error = f"{type(raised).__name__}: {raised}"
+    if response.status_code < 500:
+        error += " (raised after the response was sent)"
+    return Outcome(response.status_code, response.headers, content, error, raised)
 
 
 def _wsgi(mount: Mount, request: httpx.Request) -> Outcome:
