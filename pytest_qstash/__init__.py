@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from .api.faults import Fault
-from .delivery.lifespan import LifespanError
 from .durations import parse_duration_ms
 from .errors import (
     AsyncContextError,
     DeliveryLoopError,
+    LifespanError,
     QStashFakeError,
     ReentrantCallError,
     UnroutedDeliveryError,

@@ -37,6 +37,10 @@ class ReentrantCallError(QStashFakeError, RuntimeError):
     """``tick()``/``advance()`` called from inside a delivery (an app handler, say)."""
 
 
+class LifespanError(QStashFakeError, RuntimeError):
+    """An app's lifespan startup or shutdown failed (the app's exception is the cause)."""
+
+
 class AsyncContextError(QStashFakeError, RuntimeError):
     """A blocking method was called inside a running event loop."""
 

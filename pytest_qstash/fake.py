@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import re
 import time
@@ -31,6 +30,7 @@ from .state.queues import Queue
 from .state.retry import DEFAULT_RETRIES
 from .state.schedules import Schedule
 from .state.store import DEFAULT_DEDUP_WINDOW_MS, Store
+from .state.trigger import trigger_run
 from .state.url_groups import UrlGroup
 from .state.workflows import WorkflowRun
 
@@ -93,9 +93,9 @@ class FakeQStash:
             isinstance(base_urls, str) or not all(isinstance(u, str) for u in base_urls)
         ):
             raise TypeError(f"invalid base_urls {base_urls!r}: expected a list of URL strings")
-        self.freeze_time = freeze_time
-        self.raise_app_exceptions = raise_app_exceptions
-        self.strict = strict
+        self._freeze_time = freeze_time
+        self._raise_app_exceptions = raise_app_exceptions
+        self._strict = strict
         self.clock = VirtualClock(_start_ms(start))
         self.account = Account(token, current_signing_key, next_signing_key)
         self.store = Store(
@@ -113,7 +113,6 @@ class FakeQStash:
         self._app_clock: AppClock = make_app_clock(time_library) if freeze_time else NoAppClock()
         self._dispatcher = Dispatcher(
             self.store,
-            self.clock,
             self.mounts,
             self._sender,
             DispatchSettings(
@@ -126,6 +125,19 @@ class FakeQStash:
             on_time=self._app_clock.move_to,
         )
         self._active = False
+
+    # -- settings, as given (read-only: they shape the fake when it is built) ---------------
+    @property
+    def freeze_time(self) -> bool:
+        return self._freeze_time
+
+    @property
+    def raise_app_exceptions(self) -> bool:
+        return self._raise_app_exceptions
+
+    @property
+    def strict(self) -> bool:
+        return self._strict
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> FakeQStash:
@@ -206,11 +218,7 @@ class FakeQStash:
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         """Answer one QStash API request (what the interception calls)."""
-        injected = self._faults.intercept(request)
-        if injected is not None:
-            api.record_rejection(self.store, request, injected, injected=True)
-            return injected
-        return api.handle(self.store, request)
+        return api.handle(self.store, request, self._faults)
 
     def fail_next(
         self,
@@ -286,30 +294,33 @@ class FakeQStash:
         _refuse_inside_loop("drain()", "adrain()")
         limit = self._target(within)
         made = self._dispatcher.run(self.clock.now_ms)
-        while (due := self._next_due_ms()) is not None and due <= limit:
-            self._check_drained(len(made))
-            stuck = due <= self.clock.now_ms
-            step = self._dispatcher.run(max(due, self.clock.now_ms))
-            if stuck and not step:
+        while (step := self._drain_step(limit, len(made))) is not None:
+            target, stuck = step
+            delivered = self._dispatcher.run(target)
+            if stuck and not delivered:
                 break  # due, yet nothing could be delivered: never spin on it
-            made += step
+            made += delivered
         return made
 
     async def adrain(self, within: Duration = "30d") -> list[Delivery]:
         __tracebackhide__ = True
         limit = self._target(within)
         made = await self._dispatcher.arun(self.clock.now_ms)
-        while (due := self._next_due_ms()) is not None and due <= limit:
-            self._check_drained(len(made))
-            stuck = due <= self.clock.now_ms
-            step = await self._dispatcher.arun(max(due, self.clock.now_ms))
-            if stuck and not step:
+        while (step := self._drain_step(limit, len(made))) is not None:
+            target, stuck = step
+            delivered = await self._dispatcher.arun(target)
+            if stuck and not delivered:
                 break
-            made += step
+            made += delivered
         return made
 
-    def _check_drained(self, made: int) -> None:
-        # Each step is its own dispatcher call: bound the whole drain as one call is bounded.
+    def _drain_step(self, limit_ms: int, made: int) -> tuple[int, bool] | None:
+        """Where a drain goes next (the next due moment, and whether it is already due), or
+        None once nothing more is due by ``limit_ms``. Each step is its own dispatcher call,
+        so the drain as a whole is bounded here as one call is bounded."""
+        due = self._next_due_ms()
+        if due is None or due > limit_ms:
+            return None
         limit = self._dispatcher.settings.max_per_call
         if made >= limit:
             raise DeliveryLoopError(
@@ -317,6 +328,7 @@ class FakeQStash:
                 f"at {self.now.isoformat()}: something keeps publishing (a handler republishing "
                 "itself with a delay?). Nothing is lost; raise the limit if this is intended."
             )
+        return max(due, self.clock.now_ms), due <= self.clock.now_ms
 
     async def atick(self) -> list[Delivery]:
         __tracebackhide__ = True
@@ -421,7 +433,7 @@ class FakeQStash:
         default the workflow URL itself, where ``serve()``'s ``failure_function`` answers;
         ``failure_url=False`` sets none.
         """
-        return api.workflows.trigger(
+        return trigger_run(
             self.store,
             url,
             body,
@@ -436,11 +448,9 @@ class FakeQStash:
         the event. Only TypeScript SDK runs can wait (the Python SDK has no
         ``wait_for_event``), and waits are not served here, so this is always ``[]``: the
         event is lost, as QStash loses an event nobody waits for."""
-        if data is None or isinstance(data, (str, bytes)):
-            content = data.encode() if isinstance(data, str) else data or b""
-        else:
-            content = json.dumps(data).encode()
-        return api.workflows.notify(self.store, event_id, content)
+        if not isinstance(event_id, str) or not event_id:
+            raise ValueError(f"invalid event id {event_id!r}: expected a non-empty string")
+        return []
 
     @property
     def token(self) -> str:

@@ -69,9 +69,6 @@ class QStashRouter(respx.MockRouter):
         self._env_url: str | None = None
         self._env_base: ApiBase | None = None
 
-    def claims(self, request: httpx.Request) -> bool:
-        return self._prefix(request) is not None
-
     def _prefix(self, request: httpx.Request) -> str | None:
         """The path prefix to take off a request to a QStash API, or None: not ours."""
         if _REGIONAL.fullmatch(request.url.host):

@@ -16,7 +16,7 @@ from .state.account import DEFAULT_ENV
 _FAKE_KEY = pytest.StashKey[FakeQStash]()
 _REPORTED_KEY = pytest.StashKey[bool]()
 
-#: Marker keywords and the FakeQStash argument each one sets.
+#: Marker keywords: each is the FakeQStash keyword argument of the same name.
 MARKER_OPTIONS = (
     "start",
     "freeze_time",
@@ -158,6 +158,10 @@ def pytest_runtest_makereport(
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
     fake = item.stash.get(_FAKE_KEY, None)
+    # Items live for the whole session: holding each test's fake (its apps, messages and any
+    # exception's traceback) past its test would keep them all in memory.
+    if call.when == "teardown" and _FAKE_KEY in item.stash:
+        del item.stash[_FAKE_KEY]
     # A failure in setup (a fixture after the fake's), the call or teardown: the section once
     # per test, from the first failed phase.
     if fake is None or not report.failed or item.stash.get(_REPORTED_KEY, False):

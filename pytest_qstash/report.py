@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from .state.models import Delivery, Message, ms_to_datetime
-from .state.store import NON_RETRYABLE_STATUS, Store
+from .state.store import Store, is_non_retryable
 
 _T = TypeVar("_T")
 
@@ -131,15 +131,9 @@ def _attempt_line(delivery: Delivery) -> str:
         outcome = f"-> {delivery.status} {_short(delivery.response_body, 160)}"
     else:
         outcome = f"-> {delivery.status}"
-    if _non_retryable(delivery):
+    if is_non_retryable(delivery.status, delivery.response_headers):
         outcome += " non-retryable (489 + Upstash-NonRetryable-Error)"
     return f"    {_when(delivery.at_ms)} attempt retried={delivery.retried} {outcome}"
-
-
-def _non_retryable(delivery: Delivery) -> bool:
-    # The same test the store applies when it decides not to retry.
-    flag = delivery.response_headers.get("upstash-nonretryable-error", "")
-    return delivery.status == NON_RETRYABLE_STATUS and flag.lower() == "true"
 
 
 def _schedule_lines(store: Store) -> list[str]:

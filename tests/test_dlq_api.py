@@ -386,3 +386,18 @@ def test_the_workflow_dlq_listing_is_named_as_not_served(qstash: FakeQStash) -> 
     assert response.status_code == 501
     assert "source=workflow" in response.json()["error"]
     assert "not implemented" in response.json()["error"]
+
+
+def test_a_retry_delay_after_the_year_9999_is_refused(
+    qstash: FakeQStash, client: QStash, shop: WebApp
+) -> None:
+    [dlq_id] = dead_letters(qstash, client, f"{BASE}/http-500")
+
+    response = raw(
+        qstash, "POST", f"/v2/dlq/retry/{dlq_id}", headers={"Upstash-Delay": "3000000000d"}
+    )
+
+    assert response.status_code == 400
+    assert "Upstash-Delay" in response.json()["error"]
+    assert [entry.dlq_id for entry in qstash.dlq] == [dlq_id]  # nothing retried, nothing lost
+    assert qstash.next_due() is None

@@ -403,3 +403,25 @@ def test_failing_test_shows_the_qstash_section(pytester: pytest.Pytester) -> Non
     )
     # Only the failing test gets the section.
     assert result.stdout.str().count("virtual time now") == 1
+
+
+def test_a_tests_fake_is_freed_after_the_test(pytester: pytest.Pytester) -> None:
+    # Items live for the whole session: a fake kept on one would hold its apps and messages.
+    pytester.makepyfile(
+        """
+        import gc
+        import weakref
+
+        seen = []
+
+
+        def test_uses_the_fake(qstash):
+            seen.append(weakref.ref(qstash))
+
+
+        def test_it_is_gone():
+            gc.collect()
+            assert seen[0]() is None
+        """
+    )
+    run(pytester).assert_outcomes(passed=2)

@@ -711,3 +711,19 @@ def test_bulk_cancel_by_query_filters_with_the_token_in_the_query(
     unknown = raw("DELETE", "/v2/messages?colour=blue")
     assert unknown.status_code == 400
     assert "colour" in unknown.json()["error"]
+
+
+def test_bulk_cancel_takes_at_most_count_messages(qstash: FakeQStash, client: QStash) -> None:
+    for _ in range(5):
+        client.message.publish(url="https://a.test/x", delay="1h")
+
+    response = raw("DELETE", "/v2/messages?url=https://a.test/x&count=2")
+
+    assert response.json() == {"cancelled": 2}
+    assert [m.state for m in qstash.messages] == ["CANCELED"] * 2 + ["CREATED"] * 3
+    for bad in ("0", "501", "lots"):
+        refused = raw("DELETE", f"/v2/messages?url=https://a.test/x&count={bad}")
+        assert refused.status_code == 400
+        assert "count" in refused.json()["error"]
+    assert raw("DELETE", "/v2/messages?cursor=abc").status_code == 400  # not a cancel filter
+    assert sum(m.state == "CREATED" for m in qstash.messages) == 3

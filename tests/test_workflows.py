@@ -581,3 +581,23 @@ def test_drain_runs_a_workflow_to_its_end(qstash: FakeQStash) -> None:
     assert run.state == "RUN_SUCCESS"
     assert qstash.now == run.completed_at  # the clock stops where the run ended
     assert qstash.now.timestamp() == payload["ship_at"]
+
+
+@at_start
+def test_retrying_a_runs_dead_letter_resumes_the_run(qstash: FakeQStash, client: QStash) -> None:
+    journal = Journal()
+    qstash.mount(APP, fastapi_workflow_app(journal))
+    run_id = qstash.trigger(f"{APP}/fails", {"card": "4242"}, failure_url=False)
+    qstash.advance("1d")
+    run = run_of(qstash, run_id)
+    assert run.state == "RUN_FAILED"
+    [entry] = qstash.dlq
+
+    journal.card_declined = False  # the card works now: replay the failed step from the DLQ
+    client.http.request(path=f"/v2/dlq/retry/{entry.dlq_id}", method="POST")
+    qstash.advance("1h")
+
+    assert run.state == "RUN_SUCCESS"
+    assert [s.name for s in run.steps] == ["prepare", "charge"]
+    assert journal.names(run_id) == ["prepare", "charge", "charge", "charge"]
+    assert qstash.dlq == []

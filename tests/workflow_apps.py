@@ -57,6 +57,8 @@ class Journal:
     call_results: dict[str, tuple[int, Any]] = field(default_factory=dict)
     #: failure_function invocations: (run id, status, message, payload).
     failures: list[tuple[str, int, str | None, Any]] = field(default_factory=list)
+    #: Whether /fails' charge step fails (a test may fix the card and retry from the DLQ).
+    card_declined: bool = True
     #: The user headers each failure_function saw, by run id.
     failure_headers: dict[str, dict[str, str]] = field(default_factory=dict)
     #: Requests the stock service received: (method, path, headers, body).
@@ -135,7 +137,8 @@ def fastapi_workflow_app(journal: Journal, *, receiver: Receiver | None = None) 
 
         async def charge() -> None:
             journal.executed.append(("charge", run_id))
-            raise RuntimeError("card declined")
+            if journal.card_declined:
+                raise RuntimeError("card declined")
 
         await context.run("prepare", prepare)
         await context.run("charge", charge)
@@ -218,7 +221,8 @@ def flask_workflow_app(journal: Journal) -> flask.Flask:
 
         def charge() -> None:
             journal.executed.append(("charge", run_id))
-            raise RuntimeError("card declined")
+            if journal.card_declined:
+                raise RuntimeError("card declined")
 
         context.run("prepare", prepare)
         context.run("charge", charge)

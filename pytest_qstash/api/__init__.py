@@ -29,6 +29,7 @@ from . import (
     workflows,
 )
 from ._http import ApiError, error_response
+from .faults import FaultTable
 
 Handler = Callable[..., httpx.Response]
 
@@ -104,7 +105,16 @@ _NOT_YET = (
 )
 
 
-def handle(store: Store, request: httpx.Request) -> httpx.Response:
+def handle(
+    store: Store, request: httpx.Request, faults: FaultTable | None = None
+) -> httpx.Response:
+    """Answer one QStash API request: an armed fault first (``qstash.fail_next``), else the
+    endpoint's handler; every error answer is kept for the failure report."""
+    if faults is not None:
+        injected = faults.intercept(request)
+        if injected is not None:
+            _record_rejection(store, request, injected, injected=True)
+            return injected
     path, _, query = request.url.raw_path.decode("ascii").partition("?")
     endpoint = f"{request.method} {path}"
     try:
@@ -114,11 +124,11 @@ def handle(store: Store, request: httpx.Request) -> httpx.Response:
     except ApiError as exc:
         response = error_response(exc.status, exc.message)
     if not 200 <= response.status_code < 300:
-        record_rejection(store, request, response)
+        _record_rejection(store, request, response)
     return response
 
 
-def record_rejection(
+def _record_rejection(
     store: Store, request: httpx.Request, response: httpx.Response, injected: bool = False
 ) -> None:
     """Keep an error answer for the failure report: an app may swallow the SDK's exception."""

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from ..state.models import FlowControl, Message
-from ..state.options import canonical
+from ..state.options import canonical, header_lists
 
 #: Query filters of a list or bulk endpoint: name -> the values given (OR-ed).
 Filters = dict[str, list[str]]
@@ -52,7 +52,10 @@ def read_json(request: httpx.Request) -> Any:
 
 
 def header_map(headers: httpx.Headers, redact: tuple[str, ...] = ()) -> dict[str, list[str]]:
-    """Headers as QStash shows them: canonical names mapped to lists of values."""
+    """Headers as QStash shows them: canonical names mapped to lists of values, with the
+    message's redacted headers hidden."""
+    if not redact:
+        return header_lists(headers)
     out: dict[str, list[str]] = {}
     redact_all = "header" in redact or "headers" in redact
     for name, value in headers.multi_items():

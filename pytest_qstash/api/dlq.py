@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from ..state.models import DlqEntry
-from ..state.options import InvalidOption, parse_options
+from ..state.options import InvalidOption, check_due_in_range, parse_options
 from ..state.store import Store
 from ._http import (
     ApiError,
@@ -103,7 +103,7 @@ def delete_dlq_many(store: Store, request: httpx.Request) -> httpx.Response:
 
 
 def retry_dlq(store: Store, request: httpx.Request, dlq_id: str) -> httpx.Response:
-    overrides = _overrides(request.headers)
+    overrides = _overrides(store, request.headers)
     _entry(store, dlq_id)
     message = store.retry_dlq_entry(dlq_id, overrides)
     return json_response({"messageId": message.message_id}, 201)
@@ -113,7 +113,7 @@ def retry_dlq_many(store: Store, request: httpx.Request) -> httpx.Response:
     """Retry the entries named by ``dlqIds`` (query or JSON body), or without ids the first
     page of what the filters match; answers ``{"responses": [{"messageId": ...}], "cursor"?}``.
     """
-    overrides = _overrides(request.headers)
+    overrides = _overrides(store, request.headers)
     ids, filters = _targets(request)
     out: dict[str, Any] = {}
     if ids is not None:
@@ -136,12 +136,12 @@ def _entry(store: Store, dlq_id: str) -> DlqEntry:
     return entry
 
 
-def _overrides(headers: httpx.Headers) -> dict[str, str]:
+def _overrides(store: Store, headers: httpx.Headers) -> dict[str, str]:
     """The retry request's ``Upstash-*`` headers, refused (400) before anything is retried
     when one of them is not a valid option."""
     overrides = {name: value for name, value in headers.items() if name.startswith("upstash-")}
     try:
-        parse_options(overrides)
+        check_due_in_range(parse_options(overrides), store.clock.now_ms)
     except InvalidOption as exc:
         raise ApiError(400, str(exc)) from None
     return overrides

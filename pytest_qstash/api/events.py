@@ -161,13 +161,15 @@ def _page(store: Store, request: httpx.Request) -> dict[str, Any]:
     from_ms = int_filter(filters, "fromDate")
     to_ms = int_filter(filters, "toDate")
 
-    everything = range(len(store.events))
-    positions: Iterable[int] = reversed(everything) if latest_first else everything
+    # Start at the cursor, not at the top: paging through the whole log stays linear.
+    if latest_first:
+        top = len(store.events) - 1 if cursor is None else min(cursor[1], len(store.events) - 1)
+        positions: Iterable[int] = range(top, -1, -1)
+    else:
+        positions = range(0 if cursor is None else max(cursor[1], 0), len(store.events))
     listed: list[dict[str, Any]] = []
     out: dict[str, Any] = {}
     for position in positions:
-        if cursor is not None and (position > cursor[1] if latest_first else position < cursor[1]):
-            continue
         event = store.events[position]
         if (
             (states is not None and event.state not in states)

@@ -14,6 +14,7 @@ from typing import Literal, get_args
 
 import httpx
 
+from ..state.options import HTTP_METHODS
 from ._http import error_response
 
 FaultKind = Literal["error", "burst", "daily", "network"]
@@ -27,7 +28,6 @@ ENDPOINT_NAMES: dict[str, tuple[str | None, str]] = {
     "any": (None, "/"),
 }
 
-_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 
 #: What QStash's rate limiters report (free plan's daily message limit).
 BURST_LIMIT = 100
@@ -136,7 +136,7 @@ def _parse_endpoint(endpoint: str) -> tuple[str | None, str]:
     if text in ENDPOINT_NAMES:
         return ENDPOINT_NAMES[text]
     method, _, path = text.partition(" ")
-    if path and method.upper() in _METHODS and path.strip().startswith("/"):
+    if path and method.upper() in HTTP_METHODS and path.strip().startswith("/"):
         return method.upper(), path.strip()
     if text.startswith("/") and " " not in text:
         return None, text

@@ -38,9 +38,10 @@ CANCEL_FILTERS: tuple[str, ...] = (
     "fromDate",
     "toDate",
     "count",
-    "cursor",
     *MESSAGE_FILTERS,
 )
+#: The most messages one filtered bulk cancel takes (``count``), as QStash documents.
+MAX_CANCEL_COUNT = 500
 
 
 def cancel_messages(store: Store, request: httpx.Request) -> httpx.Response:
@@ -59,6 +60,10 @@ def cancel_messages(store: Store, request: httpx.Request) -> httpx.Response:
                 filters.setdefault(key, []).extend(kept)
     elif body is not None:
         raise ApiError(400, "invalid bulk cancel body: expected a JSON object")
+    count = int_filter(filters, "count", minimum=1)
+    if count is not None and count > MAX_CANCEL_COUNT:
+        raise ApiError(400, f"invalid count {count}: at most {MAX_CANCEL_COUNT}")
+    filters.pop("count", None)
     ids = filters.pop("messageIds", None)
     if ids:
         targets = [store.messages[i] for i in ids if i in store.messages]
@@ -71,7 +76,7 @@ def cancel_messages(store: Store, request: httpx.Request) -> httpx.Response:
             if (from_ms is None or m.created_ms >= from_ms)
             and (to_ms is None or m.created_ms <= to_ms)
             and message_matches(m, filters)
-        ]
+        ][:count]
     cancelled = sum(1 for message in targets if store.cancel(message))
     return json_response({"cancelled": cancelled})
 

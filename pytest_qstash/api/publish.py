@@ -30,7 +30,7 @@ def publish(store: Store, request: httpx.Request, destination: str) -> httpx.Res
 
 
 def enqueue(store: Store, request: httpx.Request, queue: str, destination: str) -> httpx.Response:
-    _check_name(queue, "queue name")
+    check_name(queue, "queue name")
     opts = _checked_options(store, _request_options(request))
     return _answer(_publish(store, destination, opts, request.content, queue=queue))
 
@@ -112,16 +112,17 @@ def _publish(
 
 def _checked_options(store: Store, headers: Mapping[str, str]) -> MessageOptions:
     """A publish's options, refused with 400 when invalid (or for a workflow run that ended)."""
-    opts = _options(store, headers)
+    opts = publish_options(store, headers)
     refuse_ended_run(store, opts)
     return opts
 
 
-def _options(store: Store, headers: Mapping[str, str]) -> MessageOptions:
+def publish_options(store: Store, headers: Mapping[str, str]) -> MessageOptions:
+    """The ``Upstash-*`` options of a publish (or a schedule's), 400 when one is invalid:
+    callback options are checked now too, not when the callback is due."""
     try:
         opts = parse_options(headers)
         check_due_in_range(opts, store.clock.now_ms)
-        # Refuse bad callback options now, not when the callback is due.
         parse_options(derived_options(opts.callback_headers, "upstash-callback-"))
         parse_options(derived_options(opts.failure_callback_headers, "upstash-failure-callback-"))
     except InvalidOption as exc:
@@ -165,14 +166,14 @@ def _batch_item(
     if queue is not None:
         if not isinstance(queue, str):
             raise ApiError(400, f"invalid batch item {index}: queue must be a string")
-        _check_name(queue, "queue name")
+        check_name(queue, "queue name")
     destination = item["destination"]
     opts = _checked_options(store, headers)
     check_destination(store, destination, group_needs_endpoints=True)
     return destination, opts, (body or "").encode(), queue
 
 
-def _check_name(name: str, what: str) -> None:
+def check_name(name: str, what: str) -> None:
     if not name or not all(c.isalnum() or c in "-_." for c in name):
         raise ApiError(
             400, f"invalid {what} {name!r}: only letters, digits, '-', '_' and '.' are allowed"

@@ -9,7 +9,7 @@ import httpx
 from ..state.queues import Queue
 from ..state.store import Store
 from ._http import ApiError, empty_response, json_response, read_json
-from .publish import _check_name
+from .publish import check_name
 
 
 def upsert_queue(store: Store, request: httpx.Request) -> httpx.Response:
@@ -19,7 +19,7 @@ def upsert_queue(store: Store, request: httpx.Request) -> httpx.Response:
             400, 'invalid body: expected {"queueName": ..., "parallelism": ..., "paused": ...}'
         )
     name = body["queueName"]
-    _check_name(name, "queue name")
+    check_name(name, "queue name")
     parallelism = body.get("parallelism", 1)
     if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
         raise ApiError(400, f"invalid parallelism {parallelism!r}: expected an integer >= 1")
@@ -31,7 +31,7 @@ def upsert_queue(store: Store, request: httpx.Request) -> httpx.Response:
 
 
 def get_queue(store: Store, request: httpx.Request, name: str) -> httpx.Response:
-    _check_name(name, "queue name")
+    check_name(name, "queue name")
     return json_response(queue_json(_queue(store, name)))
 
 

@@ -17,7 +17,7 @@ from ._http import (
     json_response,
     put_body,
 )
-from .publish import _check_name, _options, check_destination
+from .publish import check_destination, check_name, publish_options
 
 
 def create_schedule(store: Store, request: httpx.Request, destination: str) -> httpx.Response:
@@ -26,7 +26,7 @@ def create_schedule(store: Store, request: httpx.Request, destination: str) -> h
     headers = httpx.Headers(
         [(k, v) for k, v in request.headers.multi_items() if k.lower() != "upstash-not-before"]
     )
-    opts = _options(store, headers)
+    opts = publish_options(store, headers)
     if opts.cron is None:
         raise ApiError(400, "Upstash-Cron header is required to create a schedule")
     try:
@@ -34,9 +34,9 @@ def create_schedule(store: Store, request: httpx.Request, destination: str) -> h
     except InvalidCron as exc:
         raise ApiError(400, str(exc)) from None
     if opts.schedule_id is not None:
-        _check_name(opts.schedule_id, "schedule id")
+        check_name(opts.schedule_id, "schedule id")
     if opts.queue is not None:
-        _check_name(opts.queue, "queue name")
+        check_name(opts.queue, "queue name")
     check_destination(store, destination, group_needs_endpoints=False)
     schedule, deduplicated = store.put_schedule(
         destination, cron, request.content, opts, opts.schedule_id

@@ -9,11 +9,11 @@ import httpx
 from ..state.store import Store
 from ..state.url_groups import Endpoint, UrlGroup
 from ._http import ApiError, empty_response, json_response, read_json
-from .publish import _check_name
+from .publish import check_name
 
 
 def upsert_endpoints(store: Store, request: httpx.Request, name: str) -> httpx.Response:
-    _check_name(name, "url group name")
+    check_name(name, "url group name")
     endpoints = _endpoints(read_json(request), need_url=True)
     now = store.clock.now_ms
     group = store.url_groups.setdefault(name, UrlGroup(name, now, now))

@@ -1,5 +1,4 @@
-"""Upstash Workflow endpoints: ending and cancelling runs, the run logs, notify, waiters;
-and the two things a test does as the outside world (``trigger`` a run, ``notify``).
+"""Upstash Workflow endpoints: ending and cancelling runs, the run logs, notify, waiters.
 
 Waits (``POST /v2/wait/{eventId}``) are not served: only the TypeScript SDK waits, the
 Python SDK (upstash-workflow 2.0.0) has no ``wait_for_event``. So no run ever waits here, and
@@ -8,14 +7,12 @@ a notify reaches nobody; it is answered exactly as QStash answers a notify nobod
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 
 from ..state.models import Message
-from ..state.options import InvalidOption, MessageOptions, parse_options
+from ..state.options import MessageOptions
 from ..state.store import Store
 from ..state.workflows import NOT_FOUND, STEP, WorkflowRun
 from ._http import (
@@ -27,9 +24,6 @@ from ._http import (
     query_filters,
 )
 
-#: What the Python SDK sends with every run message it publishes.
-FEATURE_SET = "LazyFetch,InitialBody,WF_DetectTrigger"
-SDK_VERSION_HEADER = "Upstash-Workflow-Sdk-Version"
 #: Runs listed per page of the logs, by default and at most (the OpenAPI's run mode).
 LOGS_PAGE = 10
 
@@ -39,103 +33,14 @@ def refuse_ended_run(store: Store, opts: MessageOptions) -> None:
     """Refuse a step published for a run QStash does not know (404) or that has ended (400)."""
     if not opts.workflow_headers:
         return
-    refusal = store.workflows.refusal(opts.workflow_headers)
-    if refusal is not None:
-        raise ApiError(*refusal)
-
-
-def trigger(
-    store: Store,
-    url: str,
-    body: Any = None,
-    headers: Mapping[str, str] | None = None,
-    *,
-    run_id: str | None = None,
-    retries: int | None = None,
-    failure_url: str | Literal[False] | None = None,
-) -> str:
-    """Start a run at ``url`` as a workflow client does, under a run id chosen here.
-
-    As the Upstash workflow client does, the first delivery's failure callback goes to
-    ``failure_url``, by default the workflow URL itself (where ``serve()``'s
-    ``failure_function`` answers it); ``failure_url=False`` sets none.
-
-    The run's first message is an init message that already carries the protocol version
-    (``Upstash-Forward-Upstash-Workflow-Sdk-Version: 1``): its delivery is the steps array
-    ``[initial payload]`` with ``Upstash-Workflow-RunId``, which the SDK's ``serve()`` takes
-    as a later invocation of *this* run and answers by running the first step. (Without the
-    version header the SDK would treat it as a new request and start a run of its own, under
-    an id it mints.)
-    """
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        raise ValueError(f"invalid workflow url {url!r}: expected an http:// or https:// URL")
-    if headers is not None and not isinstance(headers, Mapping):
-        raise TypeError(f"invalid headers {headers!r}: expected a mapping of name to value")
-    run_id = run_id or "wfr_" + store.ids.token(21)
-    if store.workflows.get(run_id) is not None:
-        raise ValueError(f"a workflow run {run_id!r} already exists")
-    content, content_type = _payload(body)
-    publish: dict[str, str] = {}
-    forwarded: dict[str, str] = {}
-    for name, value in (headers or {}).items():
-        if name.lower() == "content-type":
-            content_type = value  # QStash honours the top-level Content-Type only
-        else:
-            forwarded[name] = value
-            publish[f"Upstash-Forward-{name}"] = value
-    publish.update(
-        {
-            "Content-Type": content_type,
-            "Upstash-Workflow-Init": "true",
-            "Upstash-Workflow-RunId": run_id,
-            "Upstash-Workflow-Url": url,
-            "Upstash-Feature-Set": FEATURE_SET,
-            f"Upstash-Forward-{SDK_VERSION_HEADER}": "1",
-        }
-    )
-    if retries is not None:
-        publish["Upstash-Retries"] = str(retries)
-    if failure_url is None:
-        failure_url = url
-    if failure_url:
-        # What the workflow SDKs send with a failure URL: the failure call names the run and
-        # carries the user's headers too (a failure_function reads them).
-        publish["Upstash-Failure-Callback"] = failure_url
-        publish["Upstash-Failure-Callback-Forward-Upstash-Workflow-Is-Failure"] = "true"
-        publish["Upstash-Failure-Callback-Forward-Upstash-Workflow-Failure-Callback"] = "true"
-        publish["Upstash-Failure-Callback-Workflow-Runid"] = run_id
-        publish["Upstash-Failure-Callback-Workflow-Init"] = "false"
-        publish["Upstash-Failure-Callback-Workflow-Url"] = url
-        publish["Upstash-Failure-Callback-Workflow-Calltype"] = "failureCall"
-        publish["Upstash-Failure-Callback-Feature-Set"] = "LazyFetch,InitialBody"
-        for name, value in forwarded.items():
-            publish[f"Upstash-Failure-Callback-Forward-{name}"] = value
-        if retries is not None:
-            publish["Upstash-Failure-Callback-Retries"] = str(retries)
-    try:
-        opts = parse_options(publish)
-    except InvalidOption as exc:
-        raise ValueError(str(exc)) from None
-    store.publish(url, content, opts)
-    return run_id
-
-
-def _payload(body: Any) -> tuple[bytes, str]:
-    if body is None:
-        return b"", "application/json"
-    if isinstance(body, bytes):
-        return body, "application/octet-stream"
-    if isinstance(body, str):
-        return body.encode(), "text/plain"
-    # As the SDK's own init publish does: anything else is sent as JSON.
-    return json.dumps(body).encode(), "application/json"
-
-
-def notify(store: Store, event_id: str, data: bytes) -> list[dict[str, Any]]:
-    """``POST /v2/notify/{eventId}``: one answer per run waiting for the event. No run can
-    wait here (see the module docstring), so the event reaches nobody and is lost, as QStash
-    does with an event nobody waits for."""
-    return []
+    target = store.workflows.target_of(opts.workflow_headers)
+    if target is None:
+        return
+    run_id, run = target
+    if run is None:
+        raise ApiError(404, f"workflow run {run_id} not found")
+    if not run.active:
+        raise ApiError(400, f"workflow run {run_id} is not active (state {run.state})")
 
 
 # -- endpoints ------------------------------------------------------------------------------
@@ -218,16 +123,18 @@ def list_logs(store: Store, request: httpx.Request) -> httpx.Response:
 
 
 def notify_event(store: Store, request: httpx.Request, event_id: str) -> httpx.Response:
-    return json_response(notify(store, event_id, request.content), 201)
+    # One answer per run waiting for the event. No run waits here (see the module
+    # docstring): the event reaches nobody and is lost, as QStash loses an event nobody
+    # waits for.
+    return json_response([], 201)
 
 
 def notify_run(store: Store, request: httpx.Request, run_id: str, event_id: str) -> httpx.Response:
     """``POST /v2/notify/{runId}/{eventId}``: with no waiter active, QStash saves the event
-    for the run (a later wait of that run would consume it)."""
+    for the run, for a later wait of that run; no run waits here, so nothing is kept."""
     run = store.workflows.get(run_id)
     if run is None or not run.active:
         raise ApiError(400, "Invalid workflow run ID or event ID")
-    run.saved_notifications[event_id] = request.content
     return json_response(
         {"workflowRunId": run.run_id, "workflowCreatedAt": run.created_ms, "error": ""}, 201
     )

@@ -21,9 +21,8 @@ from typing import Any
 import httpx
 
 from ..errors import DeliveryLoopError, ReentrantCallError, UnroutedDeliveryError
-from ..state.clock import VirtualClock
 from ..state.models import Delivery, DlqEntry, Message, MessageState, ms_to_datetime
-from ..state.options import canonical, derived_options, parse_options
+from ..state.options import derived_options, header_lists, parse_options
 from ..state.store import AttemptResult, Store
 from .mounts import MountTable
 from .signing import sign
@@ -60,23 +59,22 @@ class Dispatcher:
     def __init__(
         self,
         store: Store,
-        clock: VirtualClock,
         mounts: MountTable,
         sender: Sender,
         settings: DispatchSettings,
         on_time: Callable[[int], None],
     ) -> None:
         self.store = store
-        self.clock = clock
+        self.clock = store.clock
         self.mounts = mounts
         self.sender = sender
         self.settings = settings
         self.deliveries: list[Delivery] = []
         self._on_time = on_time  # keeps the app-visible clock on the virtual one
         self._recent: deque[tuple[str, str]] = deque(maxlen=5)
+        self._running = False  # a run()/arun() is under way: they do not nest
         # Deliveries at one virtual instant of messages published by deliveries at that
         # instant: what the loop guard counts (a chain, or a fan-out that feeds itself).
-        self._running = False
         self._cascade_instant = -1
         self._cascade_deliveries = 0
         # Parsed destination URLs: parsing is half the cost of building a delivery request.
@@ -144,7 +142,7 @@ class Dispatcher:
             if event.kind == "flow":
                 self.store.wake_flow(event.target)
                 continue
-            message = self.store.is_current(event.target, event.generation)
+            message = self.store.live_message(event.target, event.generation)
             if message is None:
                 continue  # stale: cancelled, or rescheduled since
             if not self.store.may_start(message):
@@ -303,14 +301,14 @@ class Dispatcher:
     ) -> None:
         payload: dict[str, Any] = {
             "status": delivery.status if delivery.status is not None else 0,
-            "header": _header_map(delivery.response_headers),
+            "header": header_lists(delivery.response_headers),
             "body": base64.b64encode(delivery.response_content).decode(),
             "retried": delivery.retried,
             "maxRetries": source.max_retries,
             "sourceMessageId": source.message_id,
             "url": source.url,
             "method": source.method,
-            "sourceHeader": _header_map(source.headers),
+            "sourceHeader": header_lists(source.headers),
             "sourceBody": base64.b64encode(source.content).decode(),
             "notBefore": source.not_before_ms,
             "createdAt": source.created_ms,
@@ -343,10 +341,3 @@ class Dispatcher:
             max_retries=source.max_retries,
         )
         callback.is_failure_callback = dlq_entry is not None
-
-
-def _header_map(headers: httpx.Headers) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for name, value in headers.multi_items():
-        out.setdefault(canonical(name), []).append(value)
-    return out

@@ -17,7 +17,7 @@ import anyio
 import anyio.abc
 import anyio.from_thread
 
-from ..errors import QStashFakeError
+from ..errors import LifespanError
 
 Message = MutableMapping[str, Any]
 ASGIApp = Callable[
@@ -28,10 +28,6 @@ ASGIApp = Callable[
     ],
     Awaitable[None],
 ]
-
-
-class LifespanError(QStashFakeError, RuntimeError):
-    """The app's lifespan startup or shutdown failed (the app's exception is the cause)."""
 
 
 class Lifespan:

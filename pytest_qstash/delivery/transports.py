@@ -26,6 +26,7 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 import httpx
+from respx.models import AllMockedAssertionError
 
 from .lifespan import Lifespan
 from .mounts import Mount, MountTable
@@ -338,7 +339,7 @@ def _network_failure(exc: Exception) -> Outcome:
     response, as on QStash; any other exception is a bug in the code that answered (a respx
     side effect, a pytest-httpx callback), handled as an app's exception."""
     name = type(exc).__name__
-    if name == "AllMockedAssertionError":
+    if isinstance(exc, AllMockedAssertionError):
         raise Unrouted("the active respx routes do not match it") from exc
     if "No response can be found" in str(exc):
         request = getattr(exc, "_request", None)  # httpx's .request raises when unset

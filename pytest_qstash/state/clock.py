@@ -8,6 +8,7 @@ years is one comparison.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -46,9 +47,6 @@ class VirtualClock:
         heapq.heappush(self._heap, (event.due_ms, event.seq, event))
         return event
 
-    def next_due_ms(self) -> int | None:
-        return self._heap[0][0] if self._heap else None
-
     def pop_due(self, until_ms: int) -> DueEvent | None:
         """Pop the earliest event due at or before ``until_ms``, moving the clock to it."""
         if not self._heap or self._heap[0][0] > until_ms:
@@ -66,8 +64,18 @@ class VirtualClock:
             )
         self.now_ms = ms
 
-    def pending(self) -> list[DueEvent]:
-        return [event for _, _, event in sorted(self._heap)]
+    def pending(self) -> Iterator[DueEvent]:
+        """The events in due order, lazily: a walk of the heap that costs in proportion to
+        the events looked at (log n each), so a caller stopping at the first live one does
+        not pay for sorting the whole heap."""
+        heap = self._heap
+        frontier = [(heap[0], 0)] if heap else []
+        while frontier:
+            entry, index = heapq.heappop(frontier)
+            yield entry[2]
+            for child in (2 * index + 1, 2 * index + 2):
+                if child < len(heap):
+                    heapq.heappush(frontier, (heap[child], child))
 
     def __len__(self) -> int:
         return len(self._heap)

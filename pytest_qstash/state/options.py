@@ -22,7 +22,7 @@ class InvalidOption(ValueError):
     """A header's value is not one QStash accepts (the API answers 400 with this text)."""
 
 
-_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
+HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 _FORWARD = "upstash-forward-"
 _CALLBACK = "upstash-callback-"
 _FAILURE_CALLBACK = "upstash-failure-callback-"
@@ -98,6 +98,14 @@ def parse_options(headers: Mapping[str, str]) -> MessageOptions:
     return opts
 
 
+def header_lists(headers: httpx.Headers) -> dict[str, list[str]]:
+    """Headers as QStash shows them (callback bodies, logs): canonical names, lists of values."""
+    out: dict[str, list[str]] = {}
+    for name, value in headers.multi_items():
+        out.setdefault(canonical(name), []).append(value)
+    return out
+
+
 def derived_options(prefixed: httpx.Headers | None, prefix: str) -> dict[str, str]:
     """The publish headers a callback is sent with: ``Upstash-Callback-Retries`` becomes
     ``Upstash-Retries``, ``Upstash-Callback-Forward-X`` becomes ``Upstash-Forward-X``."""
@@ -127,9 +135,9 @@ def _last_wins(items: list[tuple[str, str]]) -> list[tuple[str, str]]:
 def _apply(opts: MessageOptions, name: str, value: str) -> None:
     if name == "upstash-method":
         method = value.upper()
-        if method not in _METHODS:
+        if method not in HTTP_METHODS:
             raise InvalidOption(
-                f"invalid Upstash-Method {value!r}: expected one of {', '.join(_METHODS)}"
+                f"invalid Upstash-Method {value!r}: expected one of {', '.join(HTTP_METHODS)}"
             )
         opts.method = method
     elif name == "upstash-delay":

@@ -392,11 +392,6 @@ class RetryDelayExpression:
         self._text = text
         self._evaluate = _compile_expression(text)
 
-    @classmethod
-    def parse(cls, text: str) -> RetryDelayExpression:
-        """Parse ``text``; raises :class:`InvalidRetryDelay` if it is not acceptable."""
-        return cls(text)
-
     @property
     def text(self) -> str:
         """The expression exactly as given (not stripped or normalised)."""
@@ -579,8 +574,9 @@ def next_retry_delay_ms(
     ``default_backoff_ms(retried + 1)``. ``now_ms`` is the current (virtual) time, needed for
     HTTP-date headers. Whether another retry is allowed at all is the caller's decision.
 
-    An expression that fails to evaluate raises :class:`InvalidRetryDelay`; it is not silently
-    replaced by the default backoff.
+    An expression that fails to evaluate raises :class:`InvalidRetryDelay`: the caller
+    decides what then (the store falls back to the default backoff rather than lose the
+    message).
     """
     if retried < 0:
         raise ValueError(f"retried must be >= 0, got {retried}")

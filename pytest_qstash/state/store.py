@@ -50,10 +50,15 @@ class AttemptResult:
 
     @property
     def non_retryable(self) -> bool:
-        return (
-            self.status == NON_RETRYABLE_STATUS
-            and self.headers.get("upstash-nonretryable-error", "").lower() == "true"
-        )
+        return is_non_retryable(self.status, self.headers)
+
+
+def is_non_retryable(status: int | None, headers: httpx.Headers) -> bool:
+    """489 with ``Upstash-NonRetryable-Error: true``: QStash gives up at once."""
+    return (
+        status == NON_RETRYABLE_STATUS
+        and headers.get("upstash-nonretryable-error", "").lower() == "true"
+    )
 
 
 class UnknownDestination(ValueError):
@@ -160,7 +165,7 @@ class Store:
         if queue is not None:
             self.queue(queue).members[message.message_id] = None
         self._log(message, "CREATED", next_delivery_ms=not_before if not_before > now else None)
-        self._schedule(message, not_before)
+        self._plan_delivery(message, not_before)
         # Upstash Workflow: the one place a message joins its run (or starts one).
         if opts.workflow_headers and not self.workflows.track(message, opts.workflow_headers, now):
             self.cancel(message)  # for a run that has ended: never delivered
@@ -244,7 +249,7 @@ class Store:
             self._dedup[key] = (message.message_id, self.clock.now_ms + self.dedup_window_ms)
 
     # -- lifecycle --------------------------------------------------------------------------
-    def is_current(self, message_id: str, generation: int) -> Message | None:
+    def live_message(self, message_id: str, generation: int) -> Message | None:
         """The message a due event is for, unless the event went stale (cancelled, moved on)."""
         message = self.messages.get(message_id)
         if message is None or message.done or self._generation.get(message_id) != generation:
@@ -258,7 +263,7 @@ class Store:
     def requeue(self, message: Message, previous: MessageState) -> None:
         """Put back an attempt that could not be made (nothing to deliver it to)."""
         message.state = previous
-        self._schedule(message, self.clock.now_ms)
+        self._plan_delivery(message, self.clock.now_ms)
 
     def finish_attempt(self, message: Message, result: AttemptResult) -> DlqEntry | None:
         """Record an attempt's outcome; schedule the retry or fail for good (into the DLQ)."""
@@ -290,7 +295,7 @@ class Store:
         due = self.clock.now_ms + delay
         message.not_before_ms = due
         self._log(message, "RETRY", next_delivery_ms=due)
-        self._schedule(message, due)
+        self._plan_delivery(message, due)
         return None
 
     def cancel(self, message: Message) -> bool:
@@ -308,7 +313,7 @@ class Store:
     def run_now(self, message: Message) -> None:
         """Make a waiting message due now (QStash's "run now" / "retry now")."""
         message.not_before_ms = self.clock.now_ms
-        self._schedule(message, self.clock.now_ms)
+        self._plan_delivery(message, self.clock.now_ms)
 
     def pending(self) -> Iterable[Message]:
         return (m for m in self.messages.values() if not m.done)
@@ -347,8 +352,9 @@ class Store:
             schedule_id=failed.schedule_id,
             callback_for=failed.callback_for,
         )
-        message.workflow_run_id = failed.workflow_run_id
         message.is_failure_callback = failed.is_failure_callback
+        if failed.workflow_run_id is not None:
+            self.workflows.replace_dead_letter(failed, message, entry)
         del self.dlq[dlq_id]
         return message
 
@@ -395,7 +401,7 @@ class Store:
             if flow is None or flow.paused or not flow.waiting or flow.wake_ms != event.due_ms:
                 return None
             return event.due_ms
-        message = self.is_current(event.target, event.generation)
+        message = self.live_message(event.target, event.generation)
         if message is None:
             return None
         queue = self.queues.get(message.queue) if message.queue else None
@@ -427,7 +433,7 @@ class Store:
         # Released messages are counted against the rate when their attempt starts.
         for message_id in list(islice(flow.waiting, room)):
             del flow.waiting[message_id]
-            self._schedule(self.messages[message_id], now)
+            self._plan_delivery(self.messages[message_id], now)
         self._plan_wake(flow)
 
     def _plan_wake(self, flow: FlowKey) -> None:
@@ -495,7 +501,7 @@ class Store:
         for message_id in queue.startable_parked():
             queue.parked.discard(message_id)
             message = self.messages[message_id]
-            self._schedule(message, max(message.not_before_ms, self.clock.now_ms))
+            self._plan_delivery(message, max(message.not_before_ms, self.clock.now_ms))
 
     # -- schedules --------------------------------------------------------------------------
     def put_schedule(
@@ -621,7 +627,7 @@ class Store:
             self._expressions[text] = RetryDelayExpression(text)
         return self._expressions[text]
 
-    def _schedule(self, message: Message, due_ms: int) -> None:
+    def _plan_delivery(self, message: Message, due_ms: int) -> None:
         generation = self._generation.get(message.message_id, 0) + 1
         self._generation[message.message_id] = generation
         self.clock.schedule(due_ms, "deliver", message.message_id, generation)

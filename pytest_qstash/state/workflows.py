@@ -108,6 +108,14 @@ class _RunMessage:
     call_type: str
     #: The message as an element of a delivered steps array, built once (compact JSON).
     entry_json: str
+    #: The decoded step, once asked for (a message's body never changes).
+    decoded: WorkflowStep | None = None
+    was_decoded: bool = False
+
+    def step(self) -> WorkflowStep | None:
+        if not self.was_decoded:
+            self.decoded, self.was_decoded = _decode_step(self.message), True
+        return self.decoded
 
 
 @dataclass(eq=False, slots=True)
@@ -125,8 +133,6 @@ class WorkflowRun:
     #: the route's result; Python sends nothing).
     response: str | None = None
     _members: list[_RunMessage] = field(default_factory=list, repr=False)
-    #: Notifications sent to this run that no waiter consumed (``/v2/notify/{runId}/{id}``).
-    saved_notifications: dict[str, bytes] = field(default_factory=dict, repr=False)
 
     @property
     def created_at(self) -> datetime:
@@ -159,7 +165,7 @@ class WorkflowRun:
         return [
             step
             for member in self._members[1:]
-            if member.call_type == STEP and (step := _decode_step(member.message)) is not None
+            if member.call_type == STEP and (step := member.step()) is not None
         ]
 
     def step(self, name: str) -> WorkflowStep:
@@ -215,18 +221,13 @@ class WorkflowRuns:
         return iter(self.runs.values())
 
     # -- publishing -------------------------------------------------------------------------
-    def refusal(self, headers: Mapping[str, str]) -> tuple[int, str] | None:
-        """Why QStash would refuse this publish (status, error), or None when it is fine:
-        a step for a run it does not know, or for one that has ended."""
+    def target_of(self, headers: Mapping[str, str]) -> tuple[str, WorkflowRun | None] | None:
+        """For a publish of a later step (not an init): the run id it names and that run,
+        None when QStash does not know it. None for any other publish."""
         tag = RunHeaders.of(headers)
         if tag is None or tag.init:
             return None
-        run = self.runs.get(tag.run_id)
-        if run is None:
-            return 404, f"workflow run {tag.run_id} not found"
-        if not run.active:
-            return 400, f"workflow run {tag.run_id} is not active (state {run.state})"
-        return None
+        return tag.run_id, self.runs.get(tag.run_id)
 
     def existing_init(self, headers: Mapping[str, str]) -> Message | None:
         """The init message of the run an init publish names, when that run already exists:
@@ -255,8 +256,27 @@ class WorkflowRuns:
                 run_id=tag.run_id, url=tag.url or message.url, created_ms=now_ms
             )
         self._members[message.message_id] = (run, len(run._members))
-        run._members.append(_RunMessage(message, tag.call_type, _entry_json(message, tag)))
+        run._members.append(
+            _RunMessage(message, tag.call_type, _entry_json(message, tag.call_type))
+        )
         return run.active or tag.call_type == FAILURE_CALL
+
+    def replace_dead_letter(self, failed: Message, copy: Message, entry: DlqEntry) -> None:
+        """A run's dead letter published again (a DLQ retry): the copy takes the failed
+        message's place in the run, so its delivery carries the same steps, and a run that
+        failed through that entry runs again from there."""
+        found = self._members.pop(failed.message_id, None)
+        if found is None:
+            return
+        run, position = found
+        member = run._members[position]
+        run._members[position] = _RunMessage(
+            copy, member.call_type, _entry_json(copy, member.call_type)
+        )
+        self._members[copy.message_id] = (run, position)
+        copy.workflow_run_id = run.run_id
+        if run.state == "RUN_FAILED" and run.dlq_id == entry.dlq_id:
+            run.state, run.completed_ms, run.dlq_id = "RUN_STARTED", None, None
 
     # -- delivering -------------------------------------------------------------------------
     def membership(self, message_id: str) -> tuple[WorkflowRun, str] | None:
@@ -336,11 +356,11 @@ class WorkflowRuns:
         }
 
 
-def _entry_json(message: Message, tag: RunHeaders) -> str:
+def _entry_json(message: Message, call_type: str) -> str:
     entry = {
         "messageId": message.message_id,
         "body": base64.b64encode(message.content).decode("ascii"),
-        "callType": tag.call_type,
+        "callType": call_type,
     }
     return json.dumps(entry, separators=(",", ":"))
 

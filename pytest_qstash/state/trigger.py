@@ -1,0 +1,105 @@
+"""Starting a workflow run as a workflow client does (``qstash.trigger``): the init message,
+published straight into the store with the headers the Upstash workflow clients send.
+
+No HTTP is involved: the test acts as the outside world, as ``qstash.notify`` does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from .options import InvalidOption, parse_options
+from .store import Store
+
+#: What the workflow SDKs send with every run message they publish.
+FEATURE_SET = "LazyFetch,InitialBody,WF_DetectTrigger"
+SDK_VERSION_HEADER = "Upstash-Workflow-Sdk-Version"
+
+
+def trigger_run(
+    store: Store,
+    url: str,
+    body: Any = None,
+    headers: Mapping[str, str] | None = None,
+    *,
+    run_id: str | None = None,
+    retries: int | None = None,
+    failure_url: str | Literal[False] | None = None,
+) -> str:
+    """Start a run at ``url`` as a workflow client does, under a run id chosen here.
+
+    As the Upstash workflow client does, the first delivery's failure callback goes to
+    ``failure_url``, by default the workflow URL itself (where ``serve()``'s
+    ``failure_function`` answers it); ``failure_url=False`` sets none.
+
+    The run's first message is an init message that already carries the protocol version
+    (``Upstash-Forward-Upstash-Workflow-Sdk-Version: 1``): its delivery is the steps array
+    ``[initial payload]`` with ``Upstash-Workflow-RunId``, which the SDK's ``serve()`` takes
+    as a later invocation of *this* run and answers by running the first step. (Without the
+    version header the SDK would treat it as a new request and start a run of its own, under
+    an id it mints.)
+    """
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ValueError(f"invalid workflow url {url!r}: expected an http:// or https:// URL")
+    if headers is not None and not isinstance(headers, Mapping):
+        raise TypeError(f"invalid headers {headers!r}: expected a mapping of name to value")
+    run_id = run_id or "wfr_" + store.ids.token(21)
+    if store.workflows.get(run_id) is not None:
+        raise ValueError(f"a workflow run {run_id!r} already exists")
+    content, content_type = _payload(body)
+    publish: dict[str, str] = {}
+    forwarded: dict[str, str] = {}
+    for name, value in (headers or {}).items():
+        if name.lower() == "content-type":
+            content_type = value  # QStash honours the top-level Content-Type only
+        else:
+            forwarded[name] = value
+            publish[f"Upstash-Forward-{name}"] = value
+    publish.update(
+        {
+            "Content-Type": content_type,
+            "Upstash-Workflow-Init": "true",
+            "Upstash-Workflow-RunId": run_id,
+            "Upstash-Workflow-Url": url,
+            "Upstash-Feature-Set": FEATURE_SET,
+            f"Upstash-Forward-{SDK_VERSION_HEADER}": "1",
+        }
+    )
+    if retries is not None:
+        publish["Upstash-Retries"] = str(retries)
+    if failure_url is None:
+        failure_url = url
+    if failure_url:
+        # What the workflow SDKs send with a failure URL: the failure call names the run and
+        # carries the user's headers too (a failure_function reads them).
+        publish["Upstash-Failure-Callback"] = failure_url
+        publish["Upstash-Failure-Callback-Forward-Upstash-Workflow-Is-Failure"] = "true"
+        publish["Upstash-Failure-Callback-Forward-Upstash-Workflow-Failure-Callback"] = "true"
+        publish["Upstash-Failure-Callback-Workflow-Runid"] = run_id
+        publish["Upstash-Failure-Callback-Workflow-Init"] = "false"
+        publish["Upstash-Failure-Callback-Workflow-Url"] = url
+        publish["Upstash-Failure-Callback-Workflow-Calltype"] = "failureCall"
+        publish["Upstash-Failure-Callback-Feature-Set"] = "LazyFetch,InitialBody"
+        for name, value in forwarded.items():
+            publish[f"Upstash-Failure-Callback-Forward-{name}"] = value
+        if retries is not None:
+            publish["Upstash-Failure-Callback-Retries"] = str(retries)
+    try:
+        opts = parse_options(publish)
+    except InvalidOption as exc:
+        raise ValueError(str(exc)) from None
+    store.publish(url, content, opts)
+    return run_id
+
+
+def _payload(body: Any) -> tuple[bytes, str]:
+    if body is None:
+        return b"", "application/json"
+    if isinstance(body, bytes):
+        return body, "application/octet-stream"
+    if isinstance(body, str):
+        return body.encode(), "text/plain"
+    # As the SDK's own init publish does: anything else is sent as JSON.
+    return json.dumps(body).encode(), "application/json"
