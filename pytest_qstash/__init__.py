@@ -13,6 +13,7 @@ from .errors import (
     UnroutedDeliveryError,
 )
 from .fake import FakeQStash
+from .intercept import QStashOutsideFakeWarning
 from .query import Found
 from .state.models import Delivery, DlqEntry, Event, FlowControl, Message, MessageState
 from .state.queues import Queue
@@ -35,6 +36,7 @@ __all__ = [
     "Message",
     "MessageState",
     "QStashFakeError",
+    "QStashOutsideFakeWarning",
     "Queue",
     "ReentrantCallError",
     "Schedule",

@@ -109,7 +109,7 @@ class FakeQStash:
         self._faults = FaultTable(lambda: self.clock.now_ms)
         urls = [*(f"https://{h}" for h in DEFAULT_HOSTS), *(base_urls or [])]
         self.router = QStashRouter(self.handle, urls)
-        self._sender = Sender(self.mounts, self.router)
+        self._sender = Sender(self.mounts)
         self._app_clock: AppClock = make_app_clock(time_library) if freeze_time else NoAppClock()
         self._dispatcher = Dispatcher(
             self.store,

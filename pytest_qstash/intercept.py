@@ -128,12 +128,77 @@ class QStashRouter(respx.MockRouter):
         return self._answer(request, prefix)
 
     def _decline(self, request: httpx.Request) -> Exception:
-        # Another router on the same mocker decides for itself; alone, we step aside.
-        others = [r for r in (self.Mocker.routers if self.Mocker else []) if r is not self]
-        if others:
+        # A router after us on the same mocker decides for itself; last, we step aside and
+        # the request goes where it was going.
+        routers = self.Mocker.routers if self.Mocker else []
+        if self in routers and routers[-1] is not self:
             return AllMockedAssertionError(f"not a QStash request: {request!r}")
         return PassThrough(
             f"not a QStash request: {request!r}",
             request=request,
             origin=None,  # type: ignore[arg-type]  # respx only reads it for its own routes
         )
+
+
+class NetworkGuard(QStashRouter):
+    """Session-wide, under every fake: a QStash call made while no fake answers it (a fixture
+    that starts the app before the ``qstash`` fixture, say) gets a 503 naming the fix and a
+    warning, instead of reaching the real QStash. It steps aside for the test's own respx
+    routes and pytest-httpx mocks."""
+
+    def __init__(self) -> None:
+        super().__init__(self._refuse, [])
+        #: What was stopped since the plugin last reported it (as a warning, at teardown:
+        #: a warning raised here, under ``-W error``, would be retried by the SDK).
+        self.refused: list[str] = []
+
+    def start(self) -> None:
+        respx.MockRouter.start(self)  # last in line, behind any fake (which put itself first)
+
+    def started(self) -> NetworkGuard:
+        self.start()
+        return self
+
+    @classmethod
+    def running(cls) -> NetworkGuard | None:
+        from respx.mocks import HTTPXMocker
+
+        return next((r for r in HTTPXMocker.routers if isinstance(r, cls)), None)
+
+    def _prefix(self, request: httpx.Request) -> str | None:
+        if user_interceptors_active():
+            return None
+        return super()._prefix(request)
+
+    def _refuse(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.raw_path.decode("ascii").partition("?")[0]
+        message = (
+            f"pytest-qstash: {request.method} {path} reached QStash while no fake was active, "
+            "and was stopped before the network. Make the fixture that starts your app (a "
+            "TestClient `with` block, a lifespan) depend on `qstash`, or call QStash inside "
+            "the test; turn this guard off with the ini option qstash_network_guard = false."
+        )
+        self.refused.append(message)
+        return httpx.Response(503, json={"error": message})
+
+
+class QStashOutsideFakeWarning(UserWarning):
+    """A QStash call was made while no fake was active (see ``NetworkGuard``)."""
+
+
+_ORIGINAL_HANDLE_REQUEST = httpx.HTTPTransport.handle_request
+_ORIGINAL_HANDLE_ASYNC_REQUEST = httpx.AsyncHTTPTransport.handle_async_request
+
+
+def user_interceptors_active() -> bool:
+    """Whether the test's own interception is in place: a respx router that is not one of
+    ours, or pytest-httpx (which patches httpx's transports)."""
+    from respx.mocks import Mocker
+
+    for mocker in Mocker.registry.values():
+        if any(not isinstance(router, QStashRouter) for router in mocker.routers):
+            return True
+    return (
+        httpx.HTTPTransport.handle_request is not _ORIGINAL_HANDLE_REQUEST
+        or httpx.AsyncHTTPTransport.handle_async_request is not _ORIGINAL_HANDLE_ASYNC_REQUEST
+    )

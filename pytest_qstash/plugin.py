@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
@@ -10,11 +11,14 @@ import pytest
 
 from .appclock import LIBRARIES
 from .fake import FakeQStash
+from .intercept import NetworkGuard, QStashOutsideFakeWarning
 from .report import section
 from .state.account import DEFAULT_ENV
 
 _FAKE_KEY = pytest.StashKey[FakeQStash]()
 _REPORTED_KEY = pytest.StashKey[bool]()
+_GUARD_KEY = pytest.StashKey[NetworkGuard]()
+_OWNS_GUARD_KEY = pytest.StashKey[bool]()
 
 #: Marker keywords: each is the FakeQStash keyword argument of the same name.
 MARKER_OPTIONS = (
@@ -51,6 +55,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="auto",
     )
     parser.addini("qstash_start", "the virtual clock's start (ISO 8601); default: real now")
+    parser.addini(
+        "qstash_network_guard",
+        "answer QStash calls made while no fake is active with a 503 and a warning, instead "
+        "of letting them reach the real QStash (default true)",
+        type="bool",
+        default=True,
+    )
 
 
 def _set_default_env() -> None:
@@ -75,13 +86,38 @@ def pytest_configure(config: pytest.Config) -> None:
         "qstash(**options): settings for the qstash fixture, e.g. start='2026-01-01T00:00:00Z', "
         "freeze_time=False, raise_app_exceptions=False, strict=False, default_retries=0",
     )
+    if _bool_ini(config, "qstash_network_guard", at_configure=True):
+        # One per process: a pytester run inside this session shares the running one.
+        running = NetworkGuard.running()
+        config.stash[_GUARD_KEY] = running or NetworkGuard().started()
+        config.stash[_OWNS_GUARD_KEY] = running is None
 
 
-def _bool_ini(config: pytest.Config, name: str) -> bool:
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    # Said as a warning of the test that made the calls (or of the first test after, for a
+    # call made at import): visible in pytest's summary, an error under -W error.
+    guard = item.config.stash.get(_GUARD_KEY, None)
+    if guard is not None and guard.refused:
+        refused, guard.refused = guard.refused, []
+        more = f" (and {len(refused) - 1} more such call(s))" if len(refused) > 1 else ""
+        warnings.warn(QStashOutsideFakeWarning(refused[0] + more), stacklevel=1)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    guard = config.stash.get(_GUARD_KEY, None)
+    if guard is not None and config.stash.get(_OWNS_GUARD_KEY, False):
+        guard.stop(quiet=True)
+
+
+def _bool_ini(config: pytest.Config, name: str, *, at_configure: bool = False) -> bool:
     try:
         return bool(config.getini(name))
     except (ValueError, pytest.UsageError) as exc:  # pytest's own says nothing of which option
-        pytest.fail(f"bad qstash setting: {name}: {exc} (expected true or false)", pytrace=False)
+        message = f"bad qstash setting: {name}: {exc} (expected true or false)"
+        if at_configure:
+            raise pytest.UsageError(message) from None
+        pytest.fail(message, pytrace=False)
 
 
 def _settings(request: pytest.FixtureRequest) -> dict[str, Any]:

@@ -425,3 +425,69 @@ def test_a_tests_fake_is_freed_after_the_test(pytester: pytest.Pytester) -> None
         """
     )
     run(pytester).assert_outcomes(passed=2)
+
+
+# -- the network guard ---------------------------------------------------------------------------
+def test_a_qstash_call_outside_the_fake_is_stopped_before_the_network(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        """
+        import os
+
+        import pytest
+        from qstash import QStash
+        from qstash.errors import QStashError
+
+        CLIENT = QStash(os.environ["QSTASH_TOKEN"], retry=False)
+
+
+        @pytest.fixture
+        def started_app():
+            # An app that publishes at startup, started before (without) the qstash fixture.
+            CLIENT.schedule.create(destination="https://app.test/digest", cron="0 9 * * *")
+
+
+        def test_fixture_order(started_app, qstash):
+            pass
+
+
+        def test_outside(qstash_apps):
+            # The app sees QStash unavailable; the test gets a warning (an error under -W error).
+            with pytest.raises(QStashError, match="503"):
+                CLIENT.message.publish(url="https://app.test/x", body="x")
+
+
+        def test_the_fake_still_answers(qstash):
+            CLIENT.message.publish(url="https://app.test/x", body="x")
+            assert len(qstash.messages) == 1
+        """
+    )
+    result = run(pytester, "-W", "error::pytest_qstash.QStashOutsideFakeWarning", "-rA")
+    # The fixture (its setup, and its teardown for the warning), test_outside's teardown.
+    result.assert_outcomes(passed=2, errors=3)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at setup of test_fixture_order*",
+            "*ERROR at teardown of test_outside*",
+            "*QStashOutsideFakeWarning: pytest-qstash: POST /v2/publish/https://app.test/x "
+            "reached QStash while no fake was active*depend on `qstash`*",
+        ]
+    )
+
+
+def test_the_network_guard_can_be_turned_off(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nqstash_network_guard = false\n")
+    pytester.makepyfile(
+        """
+        from respx.mocks import HTTPXMocker
+
+        from pytest_qstash.intercept import NetworkGuard
+
+
+        def test_no_guard():
+            assert not any(isinstance(r, NetworkGuard) for r in HTTPXMocker.routers)
+        """
+    )
+    # In a process of its own: this session's guard would be seen by an in-process run.
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)

@@ -14,6 +14,7 @@ from qstash.errors import QStashError
 from qstash.message import FlowControlProperties, PublishResponse, PublishUrlGroupResponse
 
 from pytest_qstash import FakeQStash
+from pytest_qstash.state.account import DEFAULT_TOKEN
 
 APP = "https://app.test"
 API = "https://qstash.upstash.io"
@@ -727,3 +728,18 @@ def test_bulk_cancel_takes_at_most_count_messages(qstash: FakeQStash, client: QS
         assert "count" in refused.json()["error"]
     assert raw("DELETE", "/v2/messages?cursor=abc").status_code == 400  # not a cancel filter
     assert sum(m.state == "CREATED" for m in qstash.messages) == 3
+
+
+def test_a_token_changed_mid_session_is_named_in_the_401(
+    qstash: FakeQStash, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A client built at import with the plugin's session token; a leftover setenv changes
+    # the account's: the answer says what happened rather than only "invalid token".
+    client = QStash(DEFAULT_TOKEN, retry=False)
+    monkeypatch.setenv("QSTASH_TOKEN", "my_old_fixture_token")
+
+    with pytest.raises(QStashError, match="401") as info:
+        client.message.publish(url=f"{APP}/x", body="x")
+
+    assert "QSTASH_TOKEN was changed after the client was built" in str(info.value)
+    assert qstash.messages == []

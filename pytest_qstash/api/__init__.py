@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from ..state.account import DEFAULT_TOKEN
 from ..state.rejections import RejectedCall
 from ..state.store import Store
 from . import (
@@ -154,7 +155,15 @@ def _authenticate(store: Store, request: httpx.Request) -> None:
         if scheme.lower() != "bearer":
             raise ApiError(401, "authorization header must be 'Bearer <QSTASH_TOKEN>'")
     if token != store.account.token:
-        raise ApiError(401, "invalid token: it is not this account's QSTASH_TOKEN")
+        message = "invalid token: it is not this account's QSTASH_TOKEN"
+        if token == DEFAULT_TOKEN:
+            # The client holds the plugin's session value; QSTASH_TOKEN changed since.
+            message += (
+                " (the request carries the token pytest-qstash set for the session, but "
+                "QSTASH_TOKEN was changed after the client was built, e.g. by "
+                "monkeypatch.setenv: set it before the app is imported, or not at all)"
+            )
+        raise ApiError(401, message)
 
 
 def _route(method: str, path: str, query: str, endpoint: str) -> tuple[Handler, dict[str, Any]]:

@@ -28,12 +28,9 @@ import anyio.to_thread
 import httpx
 from respx.models import AllMockedAssertionError
 
+from ..intercept import user_interceptors_active
 from .lifespan import Lifespan
 from .mounts import Mount, MountTable
-
-_ORIGINAL_HTTPX_HANDLE_REQUEST = httpx.HTTPTransport.handle_request
-_ORIGINAL_HTTPX_HANDLE_ASYNC_REQUEST = httpx.AsyncHTTPTransport.handle_async_request
-
 
 _T = TypeVar("_T")
 _BACKGROUND_PASSES = 20
@@ -68,9 +65,8 @@ class Outcome:
 
 
 class Sender:
-    def __init__(self, mounts: MountTable, owner: object) -> None:
+    def __init__(self, mounts: MountTable) -> None:
         self._mounts = mounts
-        self._owner = owner  # our respx router, to tell the user's interceptors from ours
         self._portal: anyio.from_thread.BlockingPortal | None = None
         self._portal_cm: contextlib.AbstractContextManager[anyio.from_thread.BlockingPortal] | (
             None
@@ -143,21 +139,9 @@ class Sender:
 
     # -- shared -----------------------------------------------------------------------------
     def _check_can_route(self, request: httpx.Request) -> None:
-        if _is_loopback(request.url.host) or self._user_interceptors_active():
+        if _is_loopback(request.url.host) or user_interceptors_active():
             return
         raise Unrouted("no respx route or pytest-httpx mock is active to answer it either")
-
-    def _user_interceptors_active(self) -> bool:
-        from respx.mocks import Mocker
-
-        for mocker in Mocker.registry.values():
-            if any(router is not self._owner for router in mocker.routers):
-                return True
-        return (
-            httpx.HTTPTransport.handle_request is not _ORIGINAL_HTTPX_HANDLE_REQUEST
-            or httpx.AsyncHTTPTransport.handle_async_request
-            is not _ORIGINAL_HTTPX_HANDLE_ASYNC_REQUEST
-        )
 
     def _own_loop(self) -> asyncio.AbstractEventLoop:
         """The event loop sync tests deliver to ASGI apps on: in the test's own thread (no
