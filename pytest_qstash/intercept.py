@@ -61,9 +61,12 @@ class ApiBase:
 
 class QStashRouter(respx.MockRouter):
     def __init__(
-        self, api: Callable[[httpx.Request], httpx.Response], extra_urls: Iterable[str]
+        self,
+        api: Callable[[httpx.Request], httpx.Response],
+        extra_urls: Iterable[str],
+        using: str = "httpx",
     ) -> None:
-        super().__init__(assert_all_called=False, assert_all_mocked=True, using="httpx")
+        super().__init__(assert_all_called=False, assert_all_mocked=True, using=using)
         self._api = api
         self._api_bases = [ApiBase.parse(url) for url in extra_urls if url]
         self._env_url: str | None = None
@@ -143,17 +146,19 @@ class QStashRouter(respx.MockRouter):
 class NetworkGuard(QStashRouter):
     """Session-wide, under every fake: a QStash call made while no fake answers it (a fixture
     that starts the app before the ``qstash`` fixture, say) gets a 503 naming the fix and a
-    warning, instead of reaching the real QStash. It steps aside for the test's own respx
-    routes and pytest-httpx mocks."""
+    warning, instead of reaching the real QStash. It sits on respx's httpcore mocker, where
+    only requests bound for the network pass (a client given its own transport, such as
+    ``qstash.transport``, never gets there), and steps aside for the test's own respx routes
+    and pytest-httpx mocks."""
 
     def __init__(self) -> None:
-        super().__init__(self._refuse, [])
+        super().__init__(self._refuse, [], using="httpcore")
         #: What was stopped since the plugin last reported it (as a warning, at teardown:
         #: a warning raised here, under ``-W error``, would be retried by the SDK).
         self.refused: list[str] = []
 
     def start(self) -> None:
-        respx.MockRouter.start(self)  # last in line, behind any fake (which put itself first)
+        respx.MockRouter.start(self)  # behind the test's own respx routers, registered later
 
     def started(self) -> NetworkGuard:
         self.start()
@@ -161,9 +166,9 @@ class NetworkGuard(QStashRouter):
 
     @classmethod
     def running(cls) -> NetworkGuard | None:
-        from respx.mocks import HTTPXMocker
+        from respx.mocks import HTTPCoreMocker
 
-        return next((r for r in HTTPXMocker.routers if isinstance(r, cls)), None)
+        return next((r for r in HTTPCoreMocker.routers if isinstance(r, cls)), None)
 
     def _prefix(self, request: httpx.Request) -> str | None:
         if user_interceptors_active():

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from pytest_qstash import FakeQStash
+
 with warnings.catch_warnings():
     # Recent Starlette asks TestClient users to move to the httpx2 package; not our concern here.
     warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
@@ -35,7 +37,9 @@ def _fresh_app_state() -> Iterator[None]:
 
 
 @pytest.fixture
-def client() -> Iterator[TestClient]:
+def client(qstash: FakeQStash) -> Iterator[TestClient]:
+    # Depends on `qstash`: the fake must exist before the app starts (a `with TestClient`
+    # block runs its lifespan, where an app may create schedules or publish).
     import signup_app
 
     with TestClient(signup_app.app, base_url=signup_app.BASE_URL) as client:
