@@ -289,7 +289,8 @@ class FakeQStash:
         """Deliver everything pending, each at its own due time, until nothing more is due
         within ``within`` of now (default 30 days). Unlike ``advance(within)``, the clock
         stops at the last thing delivered, not at the limit: "run this workflow to its end".
-        A schedule is never idle: its firings go on until the limit."""
+        Schedules do not keep it going: their firings before the last pending delivery happen
+        on the way (and what they publish is drained too), later ones wait."""
         __tracebackhide__ = True
         _refuse_inside_loop("drain()", "adrain()")
         limit = self._target(within)
@@ -318,7 +319,9 @@ class FakeQStash:
         """Where a drain goes next (the next due moment, and whether it is already due), or
         None once nothing more is due by ``limit_ms``. Each step is its own dispatcher call,
         so the drain as a whole is bounded here as one call is bounded."""
-        due = self._next_due_ms()
+        # Cron firings alone do not keep a drain going (a schedule is never idle); those
+        # that fall before the last pending delivery fire on the way.
+        due = self._next_due_ms(firings=False)
         if due is None or due > limit_ms:
             return None
         limit = self._dispatcher.settings.max_per_call
@@ -350,11 +353,13 @@ class FakeQStash:
         due = self._next_due_ms()
         return None if due is None else ms_to_datetime(due)
 
-    def _next_due_ms(self) -> int | None:
+    def _next_due_ms(self, *, firings: bool = True) -> int | None:
         earliest: int | None = None
         for event in self.clock.pending():
             if earliest is not None and event.due_ms >= earliest:
                 break  # events come in due order: none later can be earlier
+            if not firings and event.kind == "cron":
+                continue
             due = self.store.live_due_ms(event)
             if due is not None and (earliest is None or due < earliest):
                 earliest = due
