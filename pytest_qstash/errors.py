@@ -52,12 +52,14 @@ def _base_of(url: str) -> str:
 
 
 def _near_misses(url: str, mounts: list[str]) -> str:
-    """Mounts for the same host under another scheme or port: the usual slip."""
+    """Mounts for the same host under another scheme, port or path: the usual slip."""
     host = _host_of(url)
     near = [m for m in mounts if _host_of(m) == host and not url.startswith(m)]
     if not near:
         return ""
-    return f"{', '.join(near)} is mounted for the same host, under another scheme or port"
+    return (
+        f"{', '.join(near)} is mounted for the same host, under another scheme, port or path"
+    )
 
 
 def _host_of(url: str) -> str:

@@ -23,7 +23,7 @@ from .errors import AsyncContextError, DeliveryLoopError
 from .intercept import DEFAULT_HOSTS, QStashRouter
 from .query import Found
 from .state.account import Account
-from .state.clock import VirtualClock
+from .state.clock import DueEvent, VirtualClock
 from .state.ids import IdGenerator
 from .state.models import LATEST_MS, Delivery, DlqEntry, Event, Message, ms_to_datetime
 from .state.queues import Queue
@@ -201,7 +201,7 @@ class FakeQStash:
         lifespan opened. A failed startup raises ``LifespanError`` from here.
         """
         mount = self.mounts.add(base_url, app, kind, lifespan=lifespan)
-        if lifespan and self._active:
+        if self._active:  # also shuts down the lifespan of an app this one replaced
             try:
                 self._sender.start_lifespans()
             except BaseException:
@@ -215,6 +215,8 @@ class FakeQStash:
         if not self.mounts.remove(base_url):
             mounted = ", ".join(self.mounts.base_urls) or "nothing"
             raise ValueError(f"nothing is mounted at {base_url!r}; mounted: {mounted}")
+        if self._active:
+            self._sender.start_lifespans()  # shuts down the unmounted app's lifespan
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         """Answer one QStash API request (what the interception calls)."""
@@ -270,18 +272,21 @@ class FakeQStash:
     def tick(self) -> list[Delivery]:
         """Deliver everything due now (and whatever that publishes for now), in order."""
         __tracebackhide__ = True
+        self._dispatcher.refuse_reentry()
         _refuse_inside_loop("tick()", "atick()")
         return self._dispatcher.run(self.clock.now_ms)
 
     def advance(self, duration: Duration) -> list[Delivery]:
         """Move time forward by ``duration``, delivering each due message at its own time."""
         __tracebackhide__ = True
+        self._dispatcher.refuse_reentry()
         _refuse_inside_loop("advance(...)", "aadvance(...)")
         return self._dispatcher.run(self._target(duration))
 
     def advance_to(self, moment: datetime | str) -> list[Delivery]:
         """Move time forward to ``moment``, delivering each due message at its own time."""
         __tracebackhide__ = True
+        self._dispatcher.refuse_reentry()
         _refuse_inside_loop("advance_to(...)", "aadvance_to(...)")
         return self._dispatcher.run(self._moment(moment))
 
@@ -292,6 +297,7 @@ class FakeQStash:
         Schedules do not keep it going: their firings before the last pending delivery happen
         on the way (and what they publish is drained too), later ones wait."""
         __tracebackhide__ = True
+        self._dispatcher.refuse_reentry()
         _refuse_inside_loop("drain()", "adrain()")
         limit = self._target(within)
         made = self._dispatcher.run(self.clock.now_ms)
@@ -358,12 +364,20 @@ class FakeQStash:
         for event in self.clock.pending():
             if earliest is not None and event.due_ms >= earliest:
                 break  # events come in due order: none later can be earlier
-            if not firings and event.kind == "cron":
+            if not firings and self._scheduled_work(event):
                 continue
             due = self.store.live_due_ms(event)
             if due is not None and (earliest is None or due < earliest):
                 earliest = due
         return earliest
+
+    def _scheduled_work(self, event: DueEvent) -> bool:
+        """A cron firing, or a delivery a firing led to (its message, a follow-up its handler
+        published, their retries and callbacks): what never lets a schedule be idle."""
+        if event.kind == "cron":
+            return True
+        message = self.store.messages.get(event.target) if event.kind == "deliver" else None
+        return message is not None and message.from_schedule
 
     def _target(self, duration: Duration) -> int:
         target = self.clock.now_ms + parse_duration_ms(duration)

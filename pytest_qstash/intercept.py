@@ -8,6 +8,7 @@ where it would have gone without us. There is no catch-all route to shadow anyon
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -21,6 +22,7 @@ from respx.models import AllMockedAssertionError, PassThrough
 DEFAULT_HOSTS = ("qstash.upstash.io",)
 _REGIONAL = re.compile(r"qstash(-[a-z0-9-]+)?\.upstash\.io")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+_HOST = re.compile(r"[a-z0-9.-]+|[0-9a-f:.]+")  # a name, an IPv4 or an IPv6 address
 
 
 @dataclass(frozen=True)
@@ -37,13 +39,14 @@ class ApiBase:
         # QSTASH_URL is sometimes set to a bare host; the SDKs would add https:// to nothing,
         # but reading it as https is the only sensible guess.
         parts = urlsplit(url if "://" in url else f"https://{url}")
-        if parts.scheme not in _DEFAULT_PORTS or not parts.hostname:
+        host = parts.hostname or ""
+        if parts.scheme not in _DEFAULT_PORTS or not _HOST.fullmatch(host):
             raise ValueError(
                 f"not a QStash base URL: {url!r}; expected http(s)://host[:port][/prefix], "
                 "e.g. 'http://127.0.0.1:8080'"
             )
         return cls(
-            parts.hostname.lower(),
+            host,
             parts.port or _DEFAULT_PORTS[parts.scheme],
             parts.path.rstrip("/"),
         )
@@ -171,7 +174,10 @@ class NetworkGuard(QStashRouter):
         return next((r for r in HTTPCoreMocker.routers if isinstance(r, cls)), None)
 
     def _prefix(self, request: httpx.Request) -> str | None:
-        if user_interceptors_active():
+        # Loopback is no network (a local QStash dev server in QSTASH_URL); a test's own respx
+        # route for the call answers it. pytest-httpx needs no such care: what it mocks never
+        # gets this far.
+        if is_loopback(request.url.host) or _user_route_matches(request):
             return None
         return super()._prefix(request)
 
@@ -193,6 +199,30 @@ class QStashOutsideFakeWarning(UserWarning):
 
 _ORIGINAL_HANDLE_REQUEST = httpx.HTTPTransport.handle_request
 _ORIGINAL_HANDLE_ASYNC_REQUEST = httpx.AsyncHTTPTransport.handle_async_request
+
+
+def _user_route_matches(request: httpx.Request) -> bool:
+    """Whether a test's own respx router has a route for this request (its pattern is
+    matched without running the route's side effect)."""
+    from respx.mocks import Mocker
+
+    for mocker in Mocker.registry.values():
+        for router in mocker.routers:
+            if isinstance(router, QStashRouter):
+                continue
+            for route in router.routes:
+                if route.pattern is None or route.pattern.match(request):
+                    return True
+    return False
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def user_interceptors_active() -> bool:

@@ -58,7 +58,9 @@ def _differences(
     differs = []
     for name, wanted in fields.items():
         actual = _field(item, name)
-        if callable(wanted) and not isinstance(wanted, type):
+        if isinstance(actual, _Unreadable):
+            differs.append(f"{name}={actual!r}")  # no value to compare or to test
+        elif callable(wanted) and not isinstance(wanted, type):
             if not wanted(actual):
                 differs.append(f"{name}={actual!r} fails the test given")
         elif actual != wanted:

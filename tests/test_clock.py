@@ -8,6 +8,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 import freezegun
+import httpx
 import pytest
 import time_machine
 from apps import WebApp, make_fastapi_app, make_flask_app
@@ -528,3 +529,26 @@ def test_freezegun_local_time_is_whole(new_york: object) -> None:
         born = datetime(1990, 1, 1, tzinfo=timezone.utc)
         assert Signup(born=born).born == born
     assert time.localtime().tm_gmtoff is not None  # freezegun's own stop put the real back
+
+
+@at_start
+def test_drain_is_not_kept_going_by_what_a_schedule_leads_to(
+    qstash: FakeQStash, client: QStash
+) -> None:
+    # Each minutely firing's handler publishes a follow-up due ten minutes later: a schedule's
+    # work never ends, so it must not keep the drain going past the test's own message.
+    republisher = QStash(os.environ["QSTASH_TOKEN"], retry=False)
+
+    def tick_handler(request: httpx.Request) -> None:
+        if request.url.path == "/tick":
+            republisher.message.publish(url=f"{BASE}/follow-up", body="x", delay="10m")
+
+    qstash.mount(BASE, tick_handler)
+    client.schedule.create(destination=f"{BASE}/tick", cron="* * * * *")
+    publish(client, f"{BASE}/mine", delay="5m")
+
+    qstash.drain("1d")
+
+    assert qstash.now == START + timedelta(minutes=5)
+    assert qstash.messages.one(url=f"{BASE}/mine").state == "DELIVERED"
+    assert len(qstash.deliveries) == 6  # five firings on the way, and the test's message

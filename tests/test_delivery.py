@@ -165,7 +165,10 @@ def test_longest_mount_wins(qstash: FakeQStash, client: QStash) -> None:
     assert deliveries[2].response_body == "api"
 
 
-@pytest.mark.parametrize("spelled", ["https://Shop.Example.com", "https://shop.example.com:443"])
+@pytest.mark.parametrize(
+    "spelled",
+    ["https://Shop.Example.com", "https://shop.example.com:443", "https://shop.example.com/"],
+)
 def test_a_mount_url_is_read_as_delivery_urls_are(
     qstash: FakeQStash, client: QStash, spelled: str
 ) -> None:
@@ -698,15 +701,38 @@ async def test_a_fire_and_forget_publish_is_there_when_atick_returns(
     assert [d.url for d in deliveries] == [f"{BASE}/signup", f"{BASE}/welcome"]
 
 
-def test_ticking_from_inside_a_delivery_is_refused(qstash: FakeQStash, client: QStash) -> None:
+@pytest.mark.parametrize("raise_app_exceptions", [True, False])
+def test_ticking_from_inside_a_delivery_is_refused(
+    client: QStash, raise_app_exceptions: bool
+) -> None:
     # What an "eager" helper ends up doing: deliveries would nest and run out of time order.
-    def eager(request: httpx.Request) -> None:
-        qstash.advance("1h")
+    # A misuse of the fake, not an app failure: raised whatever raise_app_exceptions says.
+    with FakeQStash(raise_app_exceptions=raise_app_exceptions) as qstash:
 
-    qstash.mount(BASE, eager)
-    publish(client, f"{BASE}/job", "x")
+        def eager(request: httpx.Request) -> None:
+            qstash.advance("1h")
 
-    with pytest.raises(ReentrantCallError, match=r"from inside a delivery"):
+        qstash.mount(BASE, eager)
+        publish(client, f"{BASE}/job", "x")
+        before = qstash.now
+
+        with pytest.raises(ReentrantCallError, match=r"from inside a delivery"):
+            qstash.tick()
+        assert qstash.now == before  # the clock did not jump
+        assert qstash.deliveries == []  # no attempt was made of it
+        assert qstash.messages[0].state == "CREATED"  # due again
+
+
+def test_ticking_from_an_async_handler_says_reentrant_not_async(
+    qstash: FakeQStash, client: QStash
+) -> None:
+    app = fastapi.FastAPI()
+
+    @app.post("/job")
+    async def job() -> None:
         qstash.tick()
-    assert qstash.deliveries[0].status == 500  # the handler's error, recorded as any other
-    assert qstash.now == qstash.deliveries[0].at  # the clock did not jump
+
+    qstash.mount(BASE, app)
+    publish(client, f"{BASE}/job", "x")
+    with pytest.raises(ReentrantCallError):
+        qstash.tick()

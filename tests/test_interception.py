@@ -202,9 +202,10 @@ def test_a_base_url_with_a_path_prefix(qstash: FakeQStash) -> None:
     assert other.called
 
 
-def test_a_bad_base_url_is_refused_at_once() -> None:
+@pytest.mark.parametrize("bad", ["ftp://qstash.test", "not a url", "https://"])
+def test_a_bad_base_url_is_refused_at_once(bad: str) -> None:
     with pytest.raises(ValueError, match="not a QStash base URL"):
-        FakeQStash(base_urls=["ftp://qstash.test"])
+        FakeQStash(base_urls=[bad])
 
 
 def test_lookalike_hosts_are_not_intercepted(qstash: FakeQStash) -> None:

@@ -129,3 +129,26 @@ def test_schedules_created_at_startup_exist_before_the_test_moves_time() -> None
 def test_lifespan_needs_an_asgi_app(qstash: FakeQStash) -> None:
     with pytest.raises(ValueError, match="lifespan=True needs an ASGI app"):
         qstash.mount(BASE, lambda request: None, lifespan=True)
+
+
+def test_replacing_or_unmounting_a_lifespan_app_shuts_it_down() -> None:
+    # An autouse fixture mounts the app; a test mounts a freshly built one at the same URL:
+    # the first must shut down (its lifespan left waiting would hang the fake's stop).
+    def make(name: str, events: list[str]) -> Starlette:
+        @asynccontextmanager
+        async def lifespan(app: Starlette) -> AsyncIterator[None]:
+            events.append(f"startup {name}")
+            yield
+            events.append(f"shutdown {name}")
+
+        return Starlette(lifespan=lifespan)
+
+    events: list[str] = []
+    with FakeQStash() as qstash:
+        qstash.mount(BASE, make("A", events), lifespan=True)
+        qstash.mount(BASE, make("B", events), lifespan=True)
+        assert events == ["startup A", "shutdown A", "startup B"]
+        qstash.unmount(BASE)
+        assert events[-1] == "shutdown B"
+        qstash.mount(BASE, make("C", events), lifespan=True)
+    assert events[-2:] == ["startup C", "shutdown C"]

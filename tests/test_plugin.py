@@ -489,3 +489,50 @@ def test_the_network_guard_can_be_turned_off(pytester: pytest.Pytester) -> None:
     )
     # In a process of its own: this session's guard would be seen by an in-process run.
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_the_guard_steps_aside_only_for_what_answers_the_call(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import os
+        import socket
+
+        import httpx
+        import pytest
+        import respx
+        from qstash import QStash
+        from qstash.errors import QStashError
+
+
+        def publish(**kwargs):
+            QStash(os.environ["QSTASH_TOKEN"], retry=False, **kwargs).message.publish(
+                url="https://app.test/x", body="x"
+            )
+
+
+        def test_a_respx_mock_for_another_host_does_not_let_it_through():
+            with respx.mock(assert_all_called=False) as router:
+                router.get("https://partner.test/").respond(200)
+                with pytest.raises(QStashError, match="reached QStash while no fake"):
+                    publish()
+
+
+        def test_a_respx_route_for_qstash_answers_it():
+            with respx.mock() as router:
+                route = router.post(host="qstash.upstash.io").respond(
+                    200, json={"messageId": "msg_mine"}
+                )
+                publish()
+            assert route.called
+
+
+        def test_a_local_qstash_server_is_no_network():
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+            with pytest.raises(Exception) as info:  # nothing listens: refused, not guarded
+                publish(base_url=f"http://127.0.0.1:{port}")
+            assert "reached QStash" not in str(info.value)
+        """
+    )
+    run(pytester).assert_outcomes(passed=3)

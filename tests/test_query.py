@@ -41,6 +41,8 @@ def test_filter_by_fields_methods_and_tests(qstash: FakeQStash) -> None:
         f"{BASE}/http-500",
     ]
     assert len(qstash.deliveries.filter(status=lambda s: s is not None and s >= 500)) == 1
+    # A test of a field that cannot be read (json() of "not json") is not run: no match.
+    assert len(qstash.messages.filter(json=lambda j: j["order"] == 7)) == 2
     assert qstash.messages.filter(lambda m: "http-500" in m.url, state="FAILED") != []
     assert qstash.messages.filter(state="RETRY") == []
 

@@ -123,6 +123,13 @@ class Dispatcher:
 
     def _enter(self) -> None:
         __tracebackhide__ = True
+        self.refuse_reentry()
+        self._running = True
+
+    def refuse_reentry(self) -> None:
+        """Refuse a tick()/advance() from inside a delivery; the fake checks this before it
+        checks for a running event loop, the truer of the two errors for an async handler."""
+        __tracebackhide__ = True
         if self._running:
             raise ReentrantCallError(
                 "qstash.tick()/advance() was called from inside a delivery (an app's handler, "
@@ -130,7 +137,6 @@ class Dispatcher:
                 "there only enqueues; the tick()/advance() already running delivers what "
                 "becomes due."
             )
-        self._running = True
 
     # -- steps ------------------------------------------------------------------------------
     def next_job(self, until_ms: int, made: int) -> Job | None:

@@ -32,8 +32,9 @@ class Mount:
 
 def normalize_base_url(base_url: str) -> str:
     """The base URL as deliveries spell their URLs (httpx's form: lower-case scheme and host,
-    no default port), so ``https://App.example.com:443`` serves ``https://app.example.com/x``."""
-    return str(httpx.URL(base_url))
+    no default port, no trailing slash), so ``https://App.example.com:443/hooks/`` is the same
+    base as ``https://app.example.com/hooks``."""
+    return str(httpx.URL(base_url)).rstrip("/")
 
 
 def detect_kind(app: Any) -> AppKind:

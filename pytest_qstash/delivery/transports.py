@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import functools
 import inspect
-import ipaddress
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Coroutine
 from dataclasses import dataclass
@@ -28,7 +27,8 @@ import anyio.to_thread
 import httpx
 from respx.models import AllMockedAssertionError
 
-from ..intercept import user_interceptors_active
+from ..errors import QStashFakeError
+from ..intercept import is_loopback, user_interceptors_active
 from .lifespan import Lifespan
 from .mounts import Mount, MountTable
 
@@ -95,6 +95,8 @@ class Sender:
             if inspect.isawaitable(result):
                 result = self._on_own_loop(_awaited(result))
             return _callable_outcome(result)
+        except QStashFakeError:
+            raise  # the fake's own API misused from a handler: the test's bug, not the app's
         except Exception as exc:
             return Outcome.of_exception(exc)
 
@@ -126,6 +128,8 @@ class Sender:
                 if inspect.isawaitable(result):
                     result = await result
                 return _callable_outcome(result)
+        except QStashFakeError:
+            raise  # the fake's own API misused from a handler: the test's bug, not the app's
         except Exception as exc:
             return Outcome.of_exception(exc)
 
@@ -139,7 +143,7 @@ class Sender:
 
     # -- shared -----------------------------------------------------------------------------
     def _check_can_route(self, request: httpx.Request) -> None:
-        if _is_loopback(request.url.host) or user_interceptors_active():
+        if is_loopback(request.url.host) or user_interceptors_active():
             return
         raise Unrouted("no respx route or pytest-httpx mock is active to answer it either")
 
@@ -172,9 +176,16 @@ class Sender:
         return self._portal
 
     def start_lifespans(self) -> None:
-        """Run the startup of every lifespan mount not started yet (at mount, or when the
-        fake starts): an app that creates its schedules or queues at startup has them
-        before the test publishes or advances anything."""
+        """Bring the running lifespans in line with the mounts (at mount, unmount, or when the
+        fake starts): shut down those whose app was replaced or unmounted, then start every
+        lifespan mount not started yet, so an app that creates its schedules or queues at
+        startup has them before the test publishes or advances anything."""
+        wanted = {m.base_url: m.app for m in self._mounts.mounts if m.lifespan}
+        for base_url, lifespan in list(self._lifespans.items()):
+            if wanted.get(base_url) is not lifespan.app:
+                del self._lifespans[base_url]
+                if self._portal is not None:
+                    lifespan.stop(self._portal)
         for mount in self._mounts.mounts:
             if mount.kind == "asgi" and mount.lifespan:
                 self._asgi_app(mount)
@@ -191,14 +202,22 @@ class Sender:
         return lifespan.request_app
 
     def close(self) -> None:
+        failure: BaseException | None = None
         try:
             lifespans, self._lifespans = list(self._lifespans.values()), {}
             if self._portal is not None:
+                # Every lifespan is shut down, even after one fails: a lifespan left waiting
+                # would keep the portal's thread from ever finishing.
                 for lifespan in reversed(lifespans):
-                    lifespan.stop(self._portal)
+                    try:
+                        lifespan.stop(self._portal)
+                    except Exception as exc:
+                        failure = failure or exc
         finally:
             self._close_portal()
             self._close_loop()
+        if failure is not None:
+            raise failure
 
     def _close_loop(self) -> None:
         if self._loop is None:
@@ -308,15 +327,6 @@ def _ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def _network_failure(exc: Exception) -> Outcome:
     """A request no interceptor matched is unrouted; an httpx transport error (a respx side
     effect raising ConnectError, a refused loopback port) is a failed attempt with no
@@ -337,7 +347,7 @@ def _network_failure(exc: Exception) -> Outcome:
     if (
         isinstance(exc, httpx.ConnectError)
         and isinstance(request, httpx.Request)
-        and _is_loopback(request.url.host)
+        and is_loopback(request.url.host)
     ):
         error += (
             f" (nothing listens at {request.url.scheme}://{request.url.netloc.decode()}: "

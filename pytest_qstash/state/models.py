@@ -127,6 +127,9 @@ class Message:
     #: How many deliveries in a row, at one virtual instant, led to this message (0 when it
     #: was published by the test, or is due later): what the loop guard watches.
     cascade_depth: int = 0
+    #: Whether a schedule's firing started the chain that published this message (its own
+    #: firing, or a delivery of such a message): ``drain()`` does not wait for these.
+    from_schedule: bool = False
 
     @property
     def body(self) -> str:

@@ -159,6 +159,9 @@ class Store:
         parent = self.delivering
         if parent is not None and not_before <= now:
             message.cascade_depth = parent.cascade_depth + 1
+        message.from_schedule = schedule_id is not None or (
+            parent is not None and parent.from_schedule
+        )
         self.messages[message.message_id] = message
         if callback_for is not None:
             self._callbacks_pending.setdefault(callback_for, set()).add(message.message_id)
@@ -353,6 +356,7 @@ class Store:
             callback_for=failed.callback_for,
         )
         message.is_failure_callback = failed.is_failure_callback
+        message.from_schedule = False  # the test's own doing now, whatever started it
         if failed.workflow_run_id is not None:
             self.workflows.replace_dead_letter(failed, message, entry)
         del self.dlq[dlq_id]
