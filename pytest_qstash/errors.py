@@ -57,9 +57,7 @@ def _near_misses(url: str, mounts: list[str]) -> str:
     near = [m for m in mounts if _host_of(m) == host and not url.startswith(m)]
     if not near:
         return ""
-    return (
-        f"{', '.join(near)} is mounted for the same host, under another scheme, port or path"
-    )
+    return f"{', '.join(near)} is mounted for the same host, under another scheme, port or path"
 
 
 def _host_of(url: str) -> str:
