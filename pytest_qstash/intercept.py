@@ -4,6 +4,10 @@ Our router sits on respx's ``httpx`` mocker (``Client._transport_for_url``), abo
 transports: QStash calls are answered before pytest-httpx or a user's respx router (on the
 default ``httpcore`` mocker) could see them, and every other request passes on to exactly
 where it would have gone without us. There is no catch-all route to shadow anyone.
+
+Under the fakes, for the whole pytest session, ``NetworkGuard`` sits on the ``httpcore``
+mocker, where only requests bound for the network arrive: a QStash call that no fake (and no
+test's own mock) answered is stopped there rather than sent to the real QStash.
 """
 
 from __future__ import annotations
@@ -151,8 +155,8 @@ class NetworkGuard(QStashRouter):
     that starts the app before the ``qstash`` fixture, say) gets a 503 naming the fix and a
     warning, instead of reaching the real QStash. It sits on respx's httpcore mocker, where
     only requests bound for the network pass (a client given its own transport, such as
-    ``qstash.transport``, never gets there), and steps aside for the test's own respx routes
-    and pytest-httpx mocks."""
+    ``qstash.transport``, never gets there), and steps aside for a test's own respx route
+    matching the call and for loopback hosts (pytest-httpx's mocks answer before it)."""
 
     def __init__(self) -> None:
         super().__init__(self._refuse, [], using="httpcore")
