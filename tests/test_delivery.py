@@ -167,7 +167,12 @@ def test_longest_mount_wins(qstash: FakeQStash, client: QStash) -> None:
 
 @pytest.mark.parametrize(
     "spelled",
-    ["https://Shop.Example.com", "https://shop.example.com:443", "https://shop.example.com/"],
+    [
+        "https://Shop.Example.com",
+        "https://shop.example.com:443",
+        "https://shop.example.com/",
+        "HTTPS://SHOP.EXAMPLE.COM:443/",
+    ],
 )
 def test_a_mount_url_is_read_as_delivery_urls_are(
     qstash: FakeQStash, client: QStash, spelled: str

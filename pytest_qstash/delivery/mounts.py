@@ -34,7 +34,9 @@ def normalize_base_url(base_url: str) -> str:
     """The base URL as deliveries spell their URLs (httpx's form: lower-case scheme and host,
     no default port, no trailing slash), so ``https://App.example.com:443/hooks/`` is the same
     base as ``https://app.example.com/hooks``."""
-    return str(httpx.URL(base_url)).rstrip("/")
+    # httpx keeps the default port when the scheme is spelled in capitals: lower it first.
+    scheme, sep, rest = base_url.partition("://")
+    return str(httpx.URL(scheme.lower() + sep + rest)).rstrip("/")
 
 
 def detect_kind(app: Any) -> AppKind:
