@@ -680,6 +680,7 @@ def test_a_cancelled_delivery_leaves_the_message_due(qstash: FakeQStash, client:
 
     [message] = qstash.messages
     assert message.state == "CREATED"  # not stuck ACTIVE
+    assert [e.state for e in qstash.events] == ["CREATED"]  # no attempt happened
     qstash.mount(BASE, lambda request: None)
     [delivery] = qstash.tick()
     assert delivery.status == 200

@@ -264,8 +264,15 @@ class Store:
         self._log(message, "ACTIVE")
 
     def requeue(self, message: Message, previous: MessageState) -> None:
-        """Put back an attempt that could not be made (nothing to deliver it to)."""
+        """Put back an attempt that could not be made (nothing to deliver it to, or cut
+        short); the log forgets the ACTIVE it was started with, as no attempt happened."""
         message.state = previous
+        for position in range(len(self.events) - 1, -1, -1):
+            event = self.events[position]
+            if event.message_id == message.message_id:
+                if event.state == "ACTIVE":
+                    del self.events[position]
+                break
         self._plan_delivery(message, self.clock.now_ms)
 
     def finish_attempt(self, message: Message, result: AttemptResult) -> DlqEntry | None:
