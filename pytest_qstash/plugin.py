@@ -115,9 +115,10 @@ def _bool_ini(config: pytest.Config, name: str, *, at_configure: bool = False) -
         return bool(config.getini(name))
     except (ValueError, pytest.UsageError) as exc:  # pytest's own says nothing of which option
         message = f"bad qstash setting: {name}: {exc} (expected true or false)"
-        if at_configure:
-            raise pytest.UsageError(message) from None
-        pytest.fail(message, pytrace=False)
+    # Failed outside the except block: inside it, pytest would print the exception handled too.
+    if at_configure:
+        raise pytest.UsageError(message)
+    pytest.fail(message, pytrace=False)
 
 
 def _settings(request: pytest.FixtureRequest) -> dict[str, Any]:
@@ -168,11 +169,15 @@ def qstash_fake(
             f"the qstash_apps fixture must return a dict {{base_url: app}}, not {apps!r}",
             pytrace=False,
         )
+    settings = _settings(request)
+    problem: str | None = None
     try:
-        fake = FakeQStash(**_settings(request))
+        fake = FakeQStash(**settings)
     except (TypeError, ValueError) as exc:
-        # A bad marker or ini value: say which, without our fixture's traceback.
-        pytest.fail(f"bad qstash setting: {exc}", pytrace=False)
+        problem = str(exc)
+    if problem is not None:
+        # A bad marker or ini value: one line saying which, without any traceback.
+        pytest.fail(f"bad qstash setting: {problem}", pytrace=False)
     for base_url, app in apps.items():
         fake.mount(base_url, app)
     request.node.stash[_FAKE_KEY] = fake

@@ -123,6 +123,7 @@ def test_ini_values_are_read_or_refused_by_name(
     else:
         result.assert_outcomes(errors=1)
         result.stdout.fnmatch_lines([outcome])
+        result.stdout.no_fnmatch_line("*During handling of the above exception*")
 
 
 def test_ini_options(pytester: pytest.Pytester) -> None:
@@ -258,6 +259,7 @@ def test_bad_marker_is_a_clear_usage_error(
     result = run(pytester)
 
     result.stdout.fnmatch_lines([expected])
+    result.stdout.no_fnmatch_line("*During handling of the above exception*")
     result.assert_outcomes(passed=1, errors=1)  # only the marked test is refused
 
 
