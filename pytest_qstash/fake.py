@@ -292,10 +292,10 @@ class FakeQStash:
 
     def drain(self, within: Duration = "30d") -> list[Delivery]:
         """Deliver everything pending, each at its own due time, until nothing more is due
-        before ``within`` from now, the moment of the call (default 30 days). Unlike ``advance(within)``, the clock
-        stops at the last thing delivered, not at the limit: "run this workflow to its end".
-        Schedules do not keep it going: their firings before the last pending delivery happen
-        on the way (and what they publish is drained too), later ones wait."""
+        before ``within`` from now, the moment of the call (default 30 days). Unlike
+        ``advance(within)``, the clock stops at the last thing delivered, not at the limit:
+        "run this workflow to its end". Schedules do not keep it going: their firings, and
+        what they lead to, happen on the way when they fall before the last pending delivery."""
         __tracebackhide__ = True
         self._dispatcher.refuse_reentry()
         _refuse_inside_loop("drain()", "adrain()")
