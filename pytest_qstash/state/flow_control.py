@@ -45,7 +45,7 @@ class FlowKey:
             self.period_s = config.period
 
     def roll(self, now_ms: int) -> None:
-        if now_ms >= self.period_start_ms + self.period_s * 1000:
+        if now_ms >= self.period_end_ms():
             self.period_start_ms, self.rate_count = now_ms, 0
 
     def admits(self, now_ms: int) -> bool:
