@@ -73,6 +73,9 @@ class Sender:
         ) = None
         self._lifespans: dict[str, Lifespan] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: Deliver unmounted URLs to any host, not only loopback or a user's mocks: the
+        #: server mode's choice (``pytest-qstash serve``), where the user asked for it.
+        self.network = False
 
     # -- sync -------------------------------------------------------------------------------
     def send(self, request: httpx.Request) -> Outcome:
@@ -143,7 +146,7 @@ class Sender:
 
     # -- shared -----------------------------------------------------------------------------
     def _check_can_route(self, request: httpx.Request) -> None:
-        if is_loopback(request.url.host) or user_interceptors_active():
+        if self.network or is_loopback(request.url.host) or user_interceptors_active():
             return
         raise Unrouted("no respx route or pytest-httpx mock is active to answer it either")
 
