@@ -20,6 +20,17 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import IO
 
+# Not `uvicorn --fd`: uvicorn reads that socket as AF_UNIX, so asyncio leaves Nagle on and
+# every response with a body waits 40 ms for the client's delayed ACK. A socket built from the
+# descriptor with nothing said detects its family and protocol (TCP), and asyncio turns it off.
+_LAUNCHER = """
+import socket, sys, uvicorn
+sys.path.insert(0, "")
+sock = socket.socket(fileno=int(sys.argv[2]))
+config = uvicorn.Config(sys.argv[1], log_level="warning", access_log=False)
+uvicorn.Server(config).run(sockets=[sock])
+"""
+
 #: Set in the app's environment: its own base URL (what QStash should deliver to).
 APP_URL_VARIABLE = "APP_URL"
 
@@ -43,13 +54,12 @@ class AppProcess:
         """Start ``app`` (``"module:attribute"``, as uvicorn takes it) and wait until it
         answers ``GET ready_path`` (any status); ``RuntimeError`` with its output if it
         exits or does not answer within ``timeout`` seconds."""
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.bind(("127.0.0.1", 0))
         sock.listen(128)
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         log = tempfile.TemporaryFile()  # noqa: SIM115  # kept for the process's lifetime
-        command = [sys.executable, "-m", "uvicorn", app, "--fd", str(sock.fileno())]
-        command += ["--log-level", "warning", "--no-access-log", "--lifespan", "auto"]
+        command = [sys.executable, "-c", _LAUNCHER, app, str(sock.fileno())]
         try:
             process = subprocess.Popen(
                 command,
