@@ -23,6 +23,8 @@ import httpx
 import respx
 from respx.models import AllMockedAssertionError, PassThrough
 
+from . import httpx2_support
+
 DEFAULT_HOSTS = ("qstash.upstash.io",)
 _REGIONAL = re.compile(r"qstash(-[a-z0-9-]+)?\.upstash\.io")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -122,6 +124,11 @@ class QStashRouter(respx.MockRouter):
         if self in routers:
             routers.remove(self)
             routers.insert(0, self)
+        httpx2_support.attach(self)  # httpx2 clients too, when httpx2 is installed
+
+    def stop(self, clear: bool = True, reset: bool = True, quiet: bool = False) -> None:
+        httpx2_support.detach(self)
+        super().stop(clear=clear, reset=reset, quiet=quiet)
 
     def handler(self, request: httpx.Request) -> httpx.Response:
         prefix = self._prefix(request)
@@ -158,14 +165,22 @@ class NetworkGuard(QStashRouter):
     ``qstash.transport``, never gets there), and steps aside for a test's own respx route
     matching the call and for loopback hosts (pytest-httpx's mocks answer before it)."""
 
-    def __init__(self) -> None:
-        super().__init__(self._refuse, [], using="httpcore")
+    def __init__(self, using: str = "httpcore") -> None:
+        super().__init__(self._refuse, [], using=using)
         #: What was stopped since the plugin last reported it (as a warning, at teardown:
         #: a warning raised here, under ``-W error``, would be retried by the SDK).
         self.refused: list[str] = []
 
     def start(self) -> None:
         respx.MockRouter.start(self)  # behind the test's own respx routers, registered later
+        # The same guard on httpcore2's pools, when installed (httpx2 clients).
+        self._httpcore2 = httpx2_support.start_guard(self)
+
+    def stop(self, clear: bool = True, reset: bool = True, quiet: bool = False) -> None:
+        companion, self._httpcore2 = getattr(self, "_httpcore2", None), None
+        if companion is not None:
+            companion.stop(quiet=True)
+        super().stop(clear=clear, reset=reset, quiet=quiet)
 
     def started(self) -> NetworkGuard:
         self.start()
@@ -236,6 +251,21 @@ def user_interceptors_active() -> bool:
 
     for mocker in Mocker.registry.values():
         if any(not isinstance(router, QStashRouter) for router in mocker.routers):
+            return True
+    return (
+        httpx.HTTPTransport.handle_request is not _ORIGINAL_HANDLE_REQUEST
+        or httpx.AsyncHTTPTransport.handle_async_request is not _ORIGINAL_HANDLE_ASYNC_REQUEST
+    )
+
+
+def httpx_mocks_active() -> bool:
+    """Whether the test mocks httpx itself: a respx router of its own on httpx or httpcore,
+    or pytest-httpx (httpx2's mocks, on httpcore2, are not counted)."""
+    from respx.mocks import Mocker
+
+    for name in ("httpx", "httpcore"):
+        mocker = Mocker.registry.get(name)
+        if mocker is not None and any(not isinstance(r, QStashRouter) for r in mocker.routers):
             return True
     return (
         httpx.HTTPTransport.handle_request is not _ORIGINAL_HANDLE_REQUEST

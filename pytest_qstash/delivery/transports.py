@@ -27,6 +27,7 @@ import anyio.to_thread
 import httpx
 from respx.models import AllMockedAssertionError
 
+from .. import httpx2_support
 from ..errors import QStashFakeError
 from ..intercept import is_loopback, user_interceptors_active
 from .lifespan import Lifespan
@@ -107,6 +108,8 @@ class Sender:
         __tracebackhide__ = True
         self._check_can_route(request)
         try:
+            if httpx2_support.takes_unmounted():  # only httpx2's mocks can answer it
+                return Outcome.of_response(httpx2_support.send(request))
             with httpx.Client(verify=_ssl_context()) as client:
                 return Outcome.of_response(client.send(request))
         except Exception as exc:
@@ -139,6 +142,8 @@ class Sender:
     async def _asend_unmounted(self, request: httpx.Request) -> Outcome:
         self._check_can_route(request)
         try:
+            if httpx2_support.takes_unmounted():
+                return Outcome.of_response(await httpx2_support.asend(request))
             async with httpx.AsyncClient(verify=_ssl_context()) as client:
                 return Outcome.of_response(await client.send(request))
         except Exception as exc:
