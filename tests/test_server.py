@@ -4,6 +4,7 @@ real HTTP on loopback between them, the real SDKs, ``requests`` and curl as clie
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -246,3 +247,30 @@ def test_command_line_refuses_bad_options() -> None:
     start = subprocess.run([*run, "--start", "soon"], capture_output=True, text=True, timeout=60)
     assert start.returncode == 2
     assert "invalid moment 'soon'" in start.stderr
+
+
+def test_one_server_per_xdist_worker(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    pytester.makepyfile(
+        """
+        import json
+        import os
+
+        from qstash import QStash
+
+
+        def test_each_worker_has_its_own(qstash_server, worker_id):
+            QStash(os.environ["QSTASH_TOKEN"], retry=False).message.publish(
+                url="http://127.0.0.1:9/x", body=worker_id
+            )
+            assert [m.body for m in qstash_server.messages] == [worker_id]
+            out = os.path.join(os.path.dirname(__file__), f"{worker_id}.json")
+            with open(out, "w") as f:
+                json.dump({"url": os.environ["QSTASH_URL"], "pid": qstash_server.process.pid}, f)
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--dist", "each")
+    result.assert_outcomes(passed=2)
+    servers = [json.loads((pytester.path / f"gw{n}.json").read_text()) for n in (0, 1)]
+    assert servers[0]["url"] != servers[1]["url"]
+    assert servers[0]["pid"] != servers[1]["pid"]
