@@ -13,11 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import requests
 from qstash import AsyncQStash, QStash
 from qstash.errors import QStashError
 
+from pytest_qstash import FakeQStash
+from pytest_qstash.delivery.transports import Unrouted
 from pytest_qstash.server import AppProcess, Client, ServerError, ServerProcess
 
 HERE = Path(__file__).parent
@@ -244,9 +247,26 @@ def test_command_line_refuses_bad_options() -> None:
     port = subprocess.run([*run, "--port", "70000"], capture_output=True, text=True, timeout=60)
     assert port.returncode == 2
     assert "invalid --port 70000" in port.stderr
-    start = subprocess.run([*run, "--start", "soon"], capture_output=True, text=True, timeout=60)
+    start = subprocess.run(
+        [*run, "--clock", "virtual", "--start", "soon"], capture_output=True, text=True, timeout=60
+    )
     assert start.returncode == 2
     assert "invalid moment 'soon'" in start.stderr
+    real = subprocess.run(
+        [*run, "--start", "2027-01-01T00:00:00Z"], capture_output=True, text=True, timeout=60
+    )
+    assert real.returncode == 2
+    assert "--clock virtual" in real.stderr
+
+
+def test_the_server_delivers_beyond_loopback_when_asked() -> None:
+    # Checked without sending anything: no test of ours reaches beyond loopback.
+    from pytest_qstash.server.app import ServerSettings, build_fake
+
+    fake = build_fake(ServerSettings("t", "sig_a", "sig_b", clock="virtual"))
+    fake._sender._check_can_route(httpx.Request("POST", "https://app.example.com/hook"))
+    with FakeQStash() as in_process, pytest.raises(Unrouted):
+        in_process._sender._check_can_route(httpx.Request("POST", "https://app.example.com/hook"))
 
 
 def test_one_server_per_xdist_worker(pytester: pytest.Pytester) -> None:

@@ -84,6 +84,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.start is not None and args.clock == "real":
+        print(
+            "pytest-qstash serve: --start sets where a virtual clock starts; with --clock real "
+            "the clock is the wall clock (add --clock virtual)",
+            file=sys.stderr,
+        )
+        return 2
     if not 0 <= args.port <= 65535:
         print(f"invalid --port {args.port}: expected 0-65535 (0: a free port)", file=sys.stderr)
         return 2
