@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -294,3 +295,37 @@ def test_one_server_per_xdist_worker(pytester: pytest.Pytester) -> None:
     servers = [json.loads((pytester.path / f"gw{n}.json").read_text()) for n in (0, 1)]
     assert servers[0]["url"] != servers[1]["url"]
     assert servers[0]["pid"] != servers[1]["pid"]
+
+
+def test_no_server_or_app_outlives_a_killed_test_run(tmp_path: Path) -> None:
+    script = tmp_path / "killed.py"
+    script.write_text(
+        "import os\n"
+        "from pytest_qstash.server import AppProcess, ServerProcess\n"
+        "server = ServerProcess.start(args=['--stop-with-parent'])\n"
+        f"app = AppProcess.start('server_app:app', cwd={str(HERE)!r})\n"
+        "print(server.process.pid, app.process.pid, flush=True)\n"
+        "os._exit(0)  # no cleanup, as when the run is killed\n"
+    )
+    output = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    pids = [int(pid) for pid in output.split()]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 30
+    while any(alive(pid) for pid in pids):
+        assert time.monotonic() < deadline, "a child process outlived its parent"
+        time.sleep(0.1)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (ended, not yet reaped by init) counts as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1][0] != "Z"
+    except OSError:
+        return False

@@ -23,12 +23,20 @@ from typing import IO
 # Not `uvicorn --fd`: uvicorn reads that socket as AF_UNIX, so asyncio leaves Nagle on and
 # every response with a body waits 40 ms for the client's delayed ACK. A socket built from the
 # descriptor with nothing said detects its family and protocol (TCP), and asyncio turns it off.
+# It also stops when the test process ends, however it ends: no app outlives a killed run.
 _LAUNCHER = """
-import socket, sys, uvicorn
+import os, socket, sys, threading, time, uvicorn
 sys.path.insert(0, "")
 sock = socket.socket(fileno=int(sys.argv[2]))
 config = uvicorn.Config(sys.argv[1], log_level="warning", access_log=False)
-uvicorn.Server(config).run(sockets=[sock])
+server = uvicorn.Server(config)
+parent = os.getppid()
+def watch():
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    server.should_exit = True
+threading.Thread(target=watch, daemon=True).start()
+server.run(sockets=[sock])
 """
 
 #: Set in the app's environment: its own base URL (what QStash should deliver to).

@@ -16,6 +16,7 @@ import socket
 import string
 import sys
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .app import CLOCK_MODES, QStashServerApp, ServerSettings
 
@@ -64,6 +65,12 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="take the token and keys not given above from QSTASH_TOKEN, "
         "QSTASH_CURRENT_SIGNING_KEY and QSTASH_NEXT_SIGNING_KEY (kept off the command line)",
+    )
+    serve.add_argument(
+        "--stop-with-parent",
+        action="store_true",
+        help="stop when the process that started this one ends (what the fixture asks: no "
+        "server outlives a test run that was killed)",
     )
     serve.add_argument(
         "--log-level",
@@ -120,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(app, sock, args.log_level))
+        asyncio.run(_serve(app, sock, args.log_level, args.stop_with_parent))
     return 0
 
 
@@ -140,16 +147,29 @@ def base_url(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-async def _serve(app: QStashServerApp, sock: socket.socket, log_level: str) -> None:
+async def _serve(
+    app: QStashServerApp, sock: socket.socket, log_level: str, stop_with_parent: bool
+) -> None:
     import uvicorn
 
     config = uvicorn.Config(app, log_level=log_level, lifespan="on", access_log=False)
     server = uvicorn.Server(config)
-    announce = asyncio.get_running_loop().create_task(_announce(server, app, sock))
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(_announce(server, app, sock))]
+    if stop_with_parent:
+        tasks.append(loop.create_task(_watch_parent(server)))
     try:
         await server.serve(sockets=[sock])
     finally:
-        announce.cancel()
+        for task in tasks:
+            task.cancel()
+
+
+async def _watch_parent(server: Any) -> None:
+    parent = os.getppid()
+    while os.getppid() == parent:  # a parent that ends hands its children to another
+        await asyncio.sleep(0.5)
+    server.should_exit = True
 
 
 async def _announce(server: object, app: QStashServerApp, sock: socket.socket) -> None:

@@ -31,7 +31,7 @@ def qstash_server(qstash_server_options: dict[str, Any]) -> Iterator[ServerProce
     and lists (``tick``, ``advance``, ``drain``, ``messages``, ``deliveries``, ...) and
     ``reset()`` to forget what earlier tests left."""
     options = {"clock": "virtual", **qstash_server_options}
-    options["args"] = ["--credentials-from-env", *options.get("args", ())]
+    options["args"] = ["--credentials-from-env", "--stop-with-parent", *options.get("args", ())]
     server = ServerProcess.start(**options)
     saved = {name: os.environ.get(name) for name in ENV_NAMES}
     os.environ.update(server.env)
