@@ -302,7 +302,10 @@ def fixture_cost_in_process(report: Report, n: int, rounds: int) -> None:
 
         return run
 
-    default_library = make_app_clock("auto").name
+    probe = make_app_clock("auto")  # "auto" picks its backend as it starts
+    probe.start(0)
+    default_library = getattr(probe, "backend", probe.name)
+    probe.stop()
     result = interleaved(
         {"bare": bare, "auto": fixture("auto"), "freezegun": fixture("freezegun")}, rounds
     )
