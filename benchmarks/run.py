@@ -281,6 +281,15 @@ def _floor(n: int, portal_hop: bool) -> float:
 
 
 # -- 2. fixture cost -------------------------------------------------------------------------
+def default_app_clock() -> str:
+    """The backend ``"auto"`` picks (it decides as it starts)."""
+    probe = make_app_clock("auto")
+    probe.start(0)
+    name: str = getattr(probe, "backend", probe.name)
+    probe.stop()
+    return name
+
+
 def fixture_cost_in_process(report: Report, n: int, rounds: int) -> None:
     def empty() -> None:
         pass
@@ -302,7 +311,7 @@ def fixture_cost_in_process(report: Report, n: int, rounds: int) -> None:
 
         return run
 
-    default_library = make_app_clock("auto").name
+    default_library = default_app_clock()
     result = interleaved(
         {"bare": bare, "auto": fixture("auto"), "freezegun": fixture("freezegun")}, rounds
     )
@@ -904,7 +913,7 @@ def machine() -> str:
     load = f", load {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
     return (
         f"Python {platform.python_version()} on {platform.system()} {platform.machine()}, "
-        f"{os.cpu_count()} CPUs ({cpu}){load}; app clock: {make_app_clock('auto').name}"
+        f"{os.cpu_count()} CPUs ({cpu}){load}; app clock: {default_app_clock()}"
     )
 
 

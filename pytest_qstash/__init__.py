@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .api.faults import Fault
+from .appclock import AppClockWarning
 from .durations import parse_duration_ms
 from .errors import (
     AsyncContextError,
@@ -22,6 +23,7 @@ from .state.url_groups import Endpoint, UrlGroup
 from .state.workflows import WorkflowRun, WorkflowStep
 
 __all__ = [
+    "AppClockWarning",
     "AsyncContextError",
     "Delivery",
     "DeliveryLoopError",

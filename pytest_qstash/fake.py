@@ -47,8 +47,9 @@ class FakeQStash:
 
     - ``start``: where the virtual clock starts (datetime, ISO string, unix seconds); now.
     - ``freeze_time``: keep the app's wall clock on ``qstash.now`` (default True);
-      ``time_library``: ``"auto"`` (time-machine if installed), ``"time-machine"``,
-      ``"freezegun"`` or ``"none"``.
+      ``time_library``: ``"auto"`` (time-machine; freezegun when a freezegun freezer of the
+      test's own is active as the fake starts), ``"time-machine"``, ``"freezegun"`` or
+      ``"none"``.
     - ``raise_app_exceptions``: re-raise an exception out of the app from ``tick()``
       (default True; the attempt is a failed 500 either way).
     - ``strict``: a delivery nothing answers raises ``UnroutedDeliveryError`` (default True);

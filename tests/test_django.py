@@ -30,6 +30,7 @@ from django.core.asgi import get_asgi_application
 from django.core.wsgi import get_wsgi_application
 from django.test import override_settings
 from qstash import AsyncQStash, QStash
+from zones import START, app_clock, zone
 
 from pytest_qstash import FakeQStash
 
@@ -310,6 +311,25 @@ def test_self_retry_publishes_from_inside_the_webhook(qstash: FakeQStash, kind: 
     assert tasks.ran == [("poll", 0), ("poll", 1), ("poll", 2)]
     assert [m.state for m in qstash.messages] == ["DELIVERED"] * 3
     assert qstash.next_due() is None
+
+
+__all__ = ["app_clock", "zone"]  # fixtures, imported to be found
+
+
+def test_tasks_verify_in_other_zones_across_daylight_saving(
+    app_clock: str, qstash: FakeQStash
+) -> None:
+    # Django's own default TIME_ZONE is America/Chicago: its process zone must not shift the
+    # tokens django-qstash's webhook verifies, on any backend, before or after the change.
+    qstash.mount(BASE, APPS["wsgi"])
+    tasks.greet.delay("Now")
+    tasks.greet.apply_async(args=("Later",), countdown=30 * 86400)
+
+    deliveries = qstash.advance("30d")
+
+    assert [d.status for d in deliveries] == [200, 200], deliveries
+    assert [d.at for d in deliveries] == [START, START + timedelta(days=30)]
+    assert tasks.ran == [("greet", "Hello, Now!"), ("greet", "Hello, Later!")]
 
 
 def test_webhook_refuses_a_stale_signature(qstash: FakeQStash, client: QStash, kind: str) -> None:
