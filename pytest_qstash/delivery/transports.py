@@ -1,10 +1,22 @@
-"""How a delivery reaches an app: ASGI, WSGI or a plain callable, from sync or async code.
+"""How a delivery reaches an app: ASGI, WSGI, a plain callable or a test client, from sync or
+async code.
 
 Sync tests drive ASGI apps on an event loop of the fake's own, run in the test's thread (no
 thread hop per delivery) and kept for the fake's lifetime; apps mounted with a lifespan run
 on an AnyIO blocking portal's loop instead, next to their lifespan. Async tests drive them on the
-test's own loop. URLs no app is mounted for go through httpx, so a user's respx routes or
-pytest-httpx can answer them; the network is only used for loopback hosts.
+test's own loop. A mounted Starlette ``TestClient`` inside its ``with`` block gets its
+deliveries on its own portal's loop, next to the lifespan it runs. URLs no app is mounted for go
+through httpx, so a user's respx routes or pytest-httpx can answer them; the network is only
+used for loopback hosts.
+
+Every delivery on an event loop is bounded in real time (the loop's monotonic clock, which no
+app clock moves): past ``delivery_timeout`` it is cancelled and ``DeliveryTimeoutError``
+raised. On an asyncio loop a watch also looks, every few tens of milliseconds, whether the loop
+is idle (no callback ready, no timer, no I/O, no worker thread busy) while the delivery still
+waits: nothing can then ever finish it, so after a short grace it is reported at once. Sync
+code in the test's own thread (a WSGI app, a sync callable, a sync test client) cannot be
+interrupted and is not bounded; in async tests it runs in a worker thread, given up on (left
+running) at the timeout.
 
 Functions on the delivery path set ``__tracebackhide__``: pytest then shows a failed
 delivery from the test's call straight to the app's frame (or our error).
@@ -13,11 +25,12 @@ delivery from the test's call straight to the app's frame (or our error).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import inspect
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -27,13 +40,23 @@ import anyio.to_thread
 import httpx
 from respx.models import AllMockedAssertionError
 
-from ..errors import QStashFakeError
+from ..errors import DeliveryTimeoutError, QStashFakeError
 from ..intercept import is_loopback, user_interceptors_active
 from .lifespan import Lifespan
 from .mounts import Mount, MountTable
 
 _T = TypeVar("_T")
 _BACKGROUND_PASSES = 20
+#: The default bound on one delivery, in real seconds: far above any real handler in a test.
+DEFAULT_DELIVERY_TIMEOUT_S = 30.0
+#: How often the watch of a delivery on an asyncio loop looks at it (real seconds).
+_WATCH_INTERVAL_S = 0.05
+#: How long a loop must stay idle, the delivery waiting, before it is called stuck: long
+#: enough for a thread the watch cannot see (a library's own) to wake it when done.
+STALL_GRACE_S = 1.0
+#: After the timeout, how long a thread waits for a cancelled delivery on another loop to end
+#: before it gives up on it (an app blocking its loop never lets the cancellation in).
+_CANCEL_GRACE_S = 1.0
 
 
 class Unrouted(Exception):
@@ -65,8 +88,11 @@ class Outcome:
 
 
 class Sender:
-    def __init__(self, mounts: MountTable) -> None:
+    def __init__(
+        self, mounts: MountTable, delivery_timeout_s: float = DEFAULT_DELIVERY_TIMEOUT_S
+    ) -> None:
         self._mounts = mounts
+        self.delivery_timeout_s = delivery_timeout_s
         self._portal: anyio.from_thread.BlockingPortal | None = None
         self._portal_cm: contextlib.AbstractContextManager[anyio.from_thread.BlockingPortal] | (
             None
@@ -84,21 +110,36 @@ class Sender:
             if mount.kind == "wsgi":
                 return _wsgi(mount, request)
             if mount.kind == "asgi" and mount.lifespan:
-                outcome: Outcome = self._blocking_portal().call(
-                    _asgi, self._asgi_app(mount), request
+                return self._on_portal(
+                    self._blocking_portal(), _asgi, self._asgi_app(mount), "", request
                 )
-                return outcome
             if mount.kind == "asgi":
-                outcome = self._on_own_loop(_asgi(mount.app, request))
+                outcome: Outcome = self._on_own_loop(_asgi(mount.app, "", request), request)
                 return outcome
+            if mount.kind == "client":
+                return self._send_client(mount, request)
             result = mount.app(request)
             if inspect.isawaitable(result):
-                result = self._on_own_loop(_awaited(result))
+                result = self._on_own_loop(_awaited(result), request)
             return _callable_outcome(result)
         except QStashFakeError:
             raise  # the fake's own API misused from a handler: the test's bug, not the app's
         except Exception as exc:
             return Outcome.of_exception(exc)
+
+    def _send_client(self, mount: Mount, request: httpx.Request) -> Outcome:
+        __tracebackhide__ = True
+        client = mount.app
+        if mount.client == "starlette":
+            portal = getattr(client, "portal", None)
+            if portal is not None:  # inside its `with` block: its loop, next to its lifespan
+                return self._on_portal(portal, _asgi, *_test_client_app(client), request)
+            # Outside it, the TestClient starts no lifespan either: the app as it is.
+            app, root_path = _test_client_app(client)
+            return self._on_own_loop(_asgi(app, root_path, request), request)
+        if mount.client in ("httpx-async", "django-async"):
+            return self._on_own_loop(_through_async_client(mount, request), request)
+        return _through_sync_client(mount, request)
 
     def _send_unmounted(self, request: httpx.Request) -> Outcome:
         __tracebackhide__ = True
@@ -116,17 +157,26 @@ class Sender:
         if mount is None:
             return await self._asend_unmounted(request)
         try:
-            if mount.kind == "asgi" and mount.lifespan:
-                # Its lifespan runs on the portal's loop: so do its requests.
+            if (mount.kind == "asgi" and mount.lifespan) or (
+                mount.client == "starlette" and getattr(mount.app, "portal", None) is not None
+            ):
+                # Its lifespan runs on a portal's loop: so do its requests (bounded there).
                 return await anyio.to_thread.run_sync(self.send, request)
             if mount.kind == "wsgi":
-                return await anyio.to_thread.run_sync(_wsgi, mount, request)
+                return await self._in_thread(_wsgi, mount, request)
+            if mount.client in ("httpx", "werkzeug", "django"):
+                return await self._in_thread(_through_sync_client, mount, request)
             async with _settling_background_tasks():
                 if mount.kind == "asgi":
-                    return await _asgi(mount.app, request)
+                    return await self._bounded(_asgi(mount.app, "", request), request)
+                if mount.client == "starlette":
+                    app, root_path = _test_client_app(mount.app)
+                    return await self._bounded(_asgi(app, root_path, request), request)
+                if mount.kind == "client":
+                    return await self._bounded(_through_async_client(mount, request), request)
                 result = mount.app(request)
                 if inspect.isawaitable(result):
-                    result = await result
+                    result = await self._bounded(_awaited(result), request)
                 return _callable_outcome(result)
         except QStashFakeError:
             raise  # the fake's own API misused from a handler: the test's bug, not the app's
@@ -155,10 +205,10 @@ class Sender:
             self._loop = asyncio.new_event_loop()
         return self._loop
 
-    def _on_own_loop(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+    def _on_own_loop(self, coroutine: Coroutine[Any, Any, _T], request: httpx.Request) -> _T:
         __tracebackhide__ = True
         loop = self._own_loop()
-        result = loop.run_until_complete(coroutine)
+        result = loop.run_until_complete(self._bounded(coroutine, request))
         # Let what the app started and did not wait for (a fire-and-forget task) move on
         # before the test looks, as it would on a server's loop: a few passes of the loop,
         # never a wait (a task waiting on something else stays pending, and is cancelled
@@ -168,6 +218,67 @@ class Sender:
                 break
             loop.run_until_complete(asyncio.sleep(0))
         return result
+
+    async def _bounded(self, coroutine: Awaitable[_T], request: httpx.Request) -> _T:
+        """Await one delivery on the running loop, bounded in real time (see the module)."""
+        __tracebackhide__ = True
+        timeout = self.delivery_timeout_s
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # trio: its own clock bounds it; no idle watch
+            loop = None
+        with anyio.CancelScope() as scope:
+            watch = _Watch(loop, scope, timeout) if loop is not None else None
+            if watch is None:
+                scope.deadline = anyio.current_time() + timeout
+            try:
+                result = await coroutine
+            finally:
+                if watch is not None:
+                    watch.close()
+        if scope.cancel_called:
+            raise _timeout_error(request, timeout, stalled=watch is not None and watch.stalled)
+        return result
+
+    def _on_portal(
+        self,
+        portal: anyio.from_thread.BlockingPortal,
+        func: Callable[..., Coroutine[Any, Any, Outcome]],
+        *args: Any,
+    ) -> Outcome:
+        """Run ``func(*args)`` (its last argument the request) on a portal's loop, bounded
+        there; this thread waits a little longer, in case the app blocks that loop."""
+        __tracebackhide__ = True
+        request: httpx.Request = args[-1]
+        future: concurrent.futures.Future[Outcome] = portal.start_task_soon(
+            self._bounded, func(*args), request
+        )
+        try:
+            return future.result(timeout=self.delivery_timeout_s + _CANCEL_GRACE_S)
+        except concurrent.futures.TimeoutError:
+            future.cancel()  # lands whenever the app lets its loop run again
+            raise _timeout_error(
+                request,
+                self.delivery_timeout_s,
+                stalled=False,
+                detail=" (and did not end when cancelled: the app blocks its event loop, "
+                "e.g. a blocking call in an async handler)",
+            ) from None
+
+    async def _in_thread(self, func: Callable[..., Outcome], *args: Any) -> Outcome:
+        """Sync code from an async test: in a worker thread, waited for up to the timeout. A
+        thread cannot be stopped: past the timeout it is left to run, and the test fails."""
+        __tracebackhide__ = True
+        request: httpx.Request = args[-1]
+        with anyio.move_on_after(self.delivery_timeout_s):
+            return await _run_sync_abandoning(func, *args)
+        raise _timeout_error(
+            request,
+            self.delivery_timeout_s,
+            stalled=False,
+            detail=" (it runs sync code in a worker thread, which cannot be stopped and is "
+            "left running)",
+        )
 
     def _blocking_portal(self) -> anyio.from_thread.BlockingPortal:
         if self._portal is None:
@@ -258,7 +369,7 @@ async def _settling_background_tasks() -> AsyncIterator[None]:
         await asyncio.sleep(0)
 
 
-async def _asgi(app: Any, request: httpx.Request) -> Outcome:
+async def _asgi(app: Any, root_path: str, request: httpx.Request) -> Outcome:
     """One request into an ASGI app. An exception after the app sent its whole response (a
     background task's, say) does not undo the answer: QStash got it, so the attempt keeps its
     status and only carries the exception; before that, the attempt is a 500."""
@@ -281,7 +392,7 @@ async def _asgi(app: Any, request: httpx.Request) -> Outcome:
             raised = exc
             raise
 
-    transport = httpx.ASGITransport(app=watched, raise_app_exceptions=False)
+    transport = httpx.ASGITransport(app=watched, raise_app_exceptions=False, root_path=root_path)
     response = await transport.handle_async_request(request)
     content = await response.aread()
     if raised is None:
@@ -301,6 +412,181 @@ def _wsgi(mount: Mount, request: httpx.Request) -> Outcome:
     transport = httpx.WSGITransport(app=mount.app, raise_app_exceptions=True)
     response = transport.handle_request(request)
     return Outcome(response.status_code, response.headers, response.read())
+
+
+class _Watch:
+    """Bounds one delivery on an asyncio loop in real time: a timer looks at it every
+    ``_WATCH_INTERVAL_S`` and cancels its scope past the deadline, or once the loop has been
+    idle for ``STALL_GRACE_S`` while the delivery still waits. One timer, no deadline timer
+    of its own, so that the loop it watches can look idle."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, scope: anyio.CancelScope, timeout: float
+    ) -> None:
+        self._loop = loop
+        self._scope = scope
+        # Read here, in the delivery's task: AnyIO finds its loop only from inside a task.
+        self._limiter = anyio.to_thread.current_default_thread_limiter()
+        self._deadline = loop.time() + timeout
+        self._idle_since: float | None = None
+        self.stalled = False
+        self._handle = loop.call_later(min(_WATCH_INTERVAL_S, timeout), self._look)
+
+    def _look(self) -> None:
+        now = self._loop.time()
+        if now >= self._deadline:
+            self._scope.cancel()
+            return
+        if _loop_idle(self._loop, self._limiter):
+            if self._idle_since is None:
+                self._idle_since = now
+            elif now - self._idle_since >= STALL_GRACE_S:
+                self.stalled = True
+                self._scope.cancel()
+                return
+        else:
+            self._idle_since = None
+        self._handle = self._loop.call_later(
+            min(_WATCH_INTERVAL_S, self._deadline - now), self._look
+        )
+
+    def close(self) -> None:
+        self._handle.cancel()
+
+
+def _loop_idle(loop: asyncio.AbstractEventLoop, limiter: anyio.CapacityLimiter) -> bool:
+    """Whether nothing the loop knows of can make progress: no callback ready, no timer, no
+    file descriptor watched (its own wake-up pipe aside), no worker thread of its default
+    executor or of AnyIO's busy. Only a thread the loop cannot see (a library's own) could
+    still wake it. False whenever the loop is not the standard library's (uvloop, say)."""
+    try:
+        if loop._ready or any(not h.cancelled() for h in loop._scheduled):  # type: ignore[attr-defined]
+            return False
+        wakeup = loop._ssock.fileno()  # type: ignore[attr-defined]
+        watched = loop._selector.get_map().values()  # type: ignore[attr-defined]
+        if any(key.fd != wakeup for key in watched):
+            return False
+        executor = loop._default_executor  # type: ignore[attr-defined]
+        if executor is not None and (
+            executor._work_queue.qsize() or len(executor._threads) > executor._idle_semaphore._value
+        ):
+            return False
+        return limiter.borrowed_tokens == 0
+    except Exception:
+        return False
+
+
+def _timeout_error(
+    request: httpx.Request, timeout: float, *, stalled: bool, detail: str = ""
+) -> DeliveryTimeoutError:
+    return DeliveryTimeoutError(
+        str(request.url),
+        request.headers.get("Upstash-Message-Id", "?"),
+        timeout,
+        stalled=stalled,
+        detail=detail,
+    )
+
+
+_ABANDON = (
+    "abandon_on_cancel"
+    if "abandon_on_cancel" in inspect.signature(anyio.to_thread.run_sync).parameters
+    else "cancellable"  # AnyIO before 4.1
+)
+
+
+async def _run_sync_abandoning(func: Callable[..., _T], *args: Any) -> _T:
+    run_sync: Callable[..., Awaitable[_T]] = anyio.to_thread.run_sync
+    return await run_sync(func, *args, **{_ABANDON: True})
+
+
+# -- test clients ---------------------------------------------------------------------------
+def _test_client_app(client: Any) -> tuple[Any, str]:
+    """A Starlette TestClient's app as its own requests reach it: with a copy of the
+    lifespan's state in the scope, and its root path."""
+    app, state = client.app, client.app_state
+
+    async def with_state(scope: Any, receive: Any, send: Any) -> None:
+        scope["state"] = state.copy()
+        await app(scope, receive, send)
+
+    return with_state, getattr(getattr(client, "_transport", None), "root_path", "") or ""
+
+
+def _through_sync_client(mount: Mount, request: httpx.Request) -> Outcome:
+    __tracebackhide__ = True
+    client = mount.app
+    try:
+        if mount.client == "httpx":
+            response = client.send(request, auth=None, follow_redirects=False)
+            return Outcome.of_response(response)
+        if mount.client == "werkzeug":
+            return _werkzeug_outcome(client.open(**_werkzeug_args(request)))
+        return _django_outcome(client.generic(**_django_args(request)))
+    except QStashFakeError:
+        raise
+    except httpx.TransportError as exc:  # the client's transport could not answer
+        return Outcome(None, httpx.Headers(), b"", f"{type(exc).__name__}: {exc}")
+
+
+async def _through_async_client(mount: Mount, request: httpx.Request) -> Outcome:
+    __tracebackhide__ = True
+    client = mount.app
+    try:
+        if mount.client == "httpx-async":
+            response = await client.send(request, auth=None, follow_redirects=False)
+            await response.aread()
+            return Outcome.of_response(response)
+        return _django_outcome(await client.generic(**_django_args(request)))
+    except httpx.TransportError as exc:
+        return Outcome(None, httpx.Headers(), b"", f"{type(exc).__name__}: {exc}")
+
+
+def _werkzeug_args(request: httpx.Request) -> dict[str, Any]:
+    url = request.url
+    return {
+        "path": url.raw_path.decode("ascii"),  # path and query, as sent
+        "base_url": f"{url.scheme}://{url.netloc.decode('ascii')}",
+        "method": request.method,
+        "headers": [
+            (k, v) for k, v in request.headers.multi_items() if k.lower() != "content-length"
+        ],
+        "data": request.content,
+    }
+
+
+def _werkzeug_outcome(response: Any) -> Outcome:
+    headers = httpx.Headers(list(response.headers.items()))
+    return Outcome(response.status_code, headers, response.get_data())
+
+
+def _django_args(request: httpx.Request) -> dict[str, Any]:
+    url = request.url
+    headers: dict[str, str] = {}
+    for key, value in request.headers.multi_items():
+        if key.lower() in ("content-type", "content-length"):
+            continue
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    return {
+        "method": request.method,
+        "path": url.raw_path.decode("ascii"),
+        "data": request.content,
+        "content_type": request.headers.get("content-type", "application/octet-stream"),
+        "secure": url.scheme == "https",
+        "headers": headers,
+        "SERVER_PORT": str(url.port or (443 if url.scheme == "https" else 80)),
+    }
+
+
+def _django_outcome(response: Any) -> Outcome:
+    pairs = list(response.items())
+    pairs += [("Set-Cookie", morsel.OutputString()) for morsel in response.cookies.values()]
+    headers = httpx.Headers(pairs)
+    if getattr(response, "streaming", False):
+        content = b"".join(response.streaming_content)
+    else:
+        content = response.content
+    return Outcome(response.status_code, headers, content)
 
 
 async def _awaited(awaitable: Awaitable[Any]) -> Any:
@@ -328,10 +614,11 @@ def _ssl_context() -> ssl.SSLContext:
 
 
 def _network_failure(exc: Exception) -> Outcome:
-    """A request no interceptor matched is unrouted; an httpx transport error (a respx side
-    effect raising ConnectError, a refused loopback port) is a failed attempt with no
-    response, as on QStash; any other exception is a bug in the code that answered (a respx
-    side effect, a pytest-httpx callback), handled as an app's exception."""
+    """A request no interceptor matched is unrouted, and so is one to a loopback port nothing
+    listens on (no interceptor active); an httpx transport error (a respx side effect raising
+    ConnectError) is a failed attempt with no response, as on QStash; any other exception is a
+    bug in the code that answered (a respx side effect, a pytest-httpx callback), handled as
+    an app's exception."""
     name = type(exc).__name__
     if isinstance(exc, AllMockedAssertionError):
         raise Unrouted("the active respx routes do not match it") from exc
@@ -342,18 +629,20 @@ def _network_failure(exc: Exception) -> Outcome:
         raise Unrouted("pytest-httpx has no response registered for it") from exc
     if not isinstance(exc, httpx.TransportError):
         return Outcome.of_exception(exc)
-    error = f"{name}: {exc}"
     request = getattr(exc, "_request", None)
     if (
         isinstance(exc, httpx.ConnectError)
         and isinstance(request, httpx.Request)
         and is_loopback(request.url.host)
+        and not user_interceptors_active()
     ):
-        error += (
-            f" (nothing listens at {request.url.scheme}://{request.url.netloc.decode()}: "
-            "if the app under test should answer there, mount it with qstash.mount(...))"
-        )
-    return Outcome(None, httpx.Headers(), b"", error)
+        # A dev PUBLIC_URL (http://localhost:8000) with no server behind it: the app under
+        # test was meant to answer, not a real endpoint that happens to be down.
+        raise Unrouted(
+            f"nothing listens at {request.url.scheme}://{request.url.netloc.decode()}: "
+            "mount the app"
+        ) from exc
+    return Outcome(None, httpx.Headers(), b"", f"{name}: {exc}")
 
 
 def _unrecord_in_pytest_httpx(request: httpx.Request) -> None:
