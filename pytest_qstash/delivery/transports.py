@@ -28,6 +28,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import importlib
 import inspect
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -256,6 +257,8 @@ class Sender:
         try:
             return future.result(timeout=self.delivery_timeout_s + _CANCEL_GRACE_S)
         except concurrent.futures.TimeoutError:
+            if future.done():  # the delivery's own DeliveryTimeoutError (a TimeoutError)
+                raise
             future.cancel()  # lands whenever the app lets its loop run again
             raise _timeout_error(
                 request,
@@ -537,7 +540,8 @@ async def _through_async_client(mount: Mount, request: httpx.Request) -> Outcome
             response = await client.send(request, auth=None, follow_redirects=False)
             await response.aread()
             return Outcome.of_response(response)
-        return _django_outcome(await client.generic(**_django_args(request)))
+        # AsyncClient.generic() always adds `Host: testserver`: the scope is built here.
+        return _django_outcome(await client.request(**_django_scope(request)))
     except httpx.TransportError as exc:
         return Outcome(None, httpx.Headers(), b"", f"{type(exc).__name__}: {exc}")
 
@@ -575,6 +579,21 @@ def _django_args(request: httpx.Request) -> dict[str, Any]:
         "secure": url.scheme == "https",
         "headers": headers,
         "SERVER_PORT": str(url.port or (443 if url.scheme == "https" else 80)),
+    }
+
+
+def _django_scope(request: httpx.Request) -> dict[str, Any]:
+    # Only ever called for a Django client, so Django is there; untyped, hence the lookup.
+    fake_payload = importlib.import_module("django.test.client").FakePayload
+    url = request.url
+    return {
+        "method": request.method,
+        "path": url.path,
+        "query_string": url.query.decode("ascii"),
+        "scheme": url.scheme,
+        "server": (url.host, str(url.port or (443 if url.scheme == "https" else 80))),
+        "headers": [(k.lower(), v) for k, v in request.headers.raw],
+        "_body_file": fake_payload(request.content),
     }
 
 
