@@ -31,6 +31,8 @@ import functools
 import importlib
 import inspect
 import ssl
+import sys
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -100,6 +102,10 @@ class Sender:
         ) = None
         self._lifespans: dict[str, Lifespan] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        # One watch per event loop deliveries run on (the fake's own, a portal's, the test's).
+        self._watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWatch] = (
+            weakref.WeakKeyDictionary()
+        )
 
     # -- sync -------------------------------------------------------------------------------
     def send(self, request: httpx.Request) -> Outcome:
@@ -225,20 +231,28 @@ class Sender:
         __tracebackhide__ = True
         timeout = self.delivery_timeout_s
         try:
-            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            loop = asyncio.get_running_loop()
         except RuntimeError:  # trio: its own clock bounds it; no idle watch
-            loop = None
-        with anyio.CancelScope() as scope:
-            watch = _Watch(loop, scope, timeout) if loop is not None else None
-            if watch is None:
-                scope.deadline = anyio.current_time() + timeout
-            try:
-                result = await coroutine
-            finally:
-                if watch is not None:
-                    watch.close()
-        if scope.cancel_called:
-            raise _timeout_error(request, timeout, stalled=watch is not None and watch.stalled)
+            with anyio.move_on_after(timeout):
+                return await coroutine
+            raise _timeout_error(request, timeout, stalled=False) from None
+        task = asyncio.current_task()
+        assert task is not None
+        watch = self._watches.get(loop)
+        if watch is None:
+            watch = self._watches[loop] = _LoopWatch(loop)
+        delivery = watch.begin(task, timeout)
+        try:
+            result = await coroutine
+        except asyncio.CancelledError:
+            if delivery.verdict is None:
+                raise  # cancelled by someone else: not ours to turn into an error
+        finally:
+            watch.end(delivery)
+        if delivery.verdict is not None:
+            if sys.version_info >= (3, 11):
+                task.uncancel()  # the cancellation was the watch's, and is spent
+            raise _timeout_error(request, timeout, stalled=delivery.verdict == "stalled")
         return result
 
     def _on_portal(
@@ -417,44 +431,65 @@ def _wsgi(mount: Mount, request: httpx.Request) -> Outcome:
     return Outcome(response.status_code, response.headers, response.read())
 
 
-class _Watch:
-    """Bounds one delivery on an asyncio loop in real time: a timer looks at it every
-    ``_WATCH_INTERVAL_S`` and cancels its scope past the deadline, or once the loop has been
-    idle for ``STALL_GRACE_S`` while the delivery still waits. One timer, no deadline timer
-    of its own, so that the loop it watches can look idle."""
+@dataclass(eq=False, slots=True)
+class _InFlight:
+    task: asyncio.Task[Any]
+    deadline: float
+    idle_since: float | None = None
+    #: Why the watch cancelled it: "timeout" or "stalled"; None while it runs its course.
+    verdict: str | None = None
 
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, scope: anyio.CancelScope, timeout: float
-    ) -> None:
+
+class _LoopWatch:
+    """Bounds the deliveries in flight on one asyncio loop, in real time: a timer looks at
+    them every ``_WATCH_INTERVAL_S`` and cancels one past its deadline, or once the loop has
+    been idle for ``STALL_GRACE_S`` while it still waits. The timer is shared by every
+    delivery and only armed while one is in flight (a burst of quick deliveries costs one
+    timer per interval, not one each), and no deadline timer is set, so that the loop it
+    watches can look idle."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._scope = scope
-        # Read here, in the delivery's task: AnyIO finds its loop only from inside a task.
+        # Read here, in a delivery's task: AnyIO finds its loop only from inside a task.
         self._limiter = anyio.to_thread.current_default_thread_limiter()
-        self._deadline = loop.time() + timeout
-        self._idle_since: float | None = None
-        self.stalled = False
-        self._handle = loop.call_later(min(_WATCH_INTERVAL_S, timeout), self._look)
+        self._in_flight: list[_InFlight] = []
+        self._timer: asyncio.TimerHandle | None = None
+
+    def begin(self, task: asyncio.Task[Any], timeout: float) -> _InFlight:
+        delivery = _InFlight(task, self._loop.time() + timeout)
+        self._in_flight.append(delivery)
+        if self._timer is None:
+            self._timer = self._loop.call_later(min(_WATCH_INTERVAL_S, timeout), self._look)
+        return delivery
+
+    def end(self, delivery: _InFlight) -> None:
+        self._in_flight.remove(delivery)
 
     def _look(self) -> None:
+        self._timer = None
         now = self._loop.time()
-        if now >= self._deadline:
-            self._scope.cancel()
-            return
-        if _loop_idle(self._loop, self._limiter):
-            if self._idle_since is None:
-                self._idle_since = now
-            elif now - self._idle_since >= STALL_GRACE_S:
-                self.stalled = True
-                self._scope.cancel()
-                return
-        else:
-            self._idle_since = None
-        self._handle = self._loop.call_later(
-            min(_WATCH_INTERVAL_S, self._deadline - now), self._look
-        )
-
-    def close(self) -> None:
-        self._handle.cancel()
+        idle: bool | None = None  # asked once per look, and only when it matters
+        next_look = _WATCH_INTERVAL_S
+        for delivery in self._in_flight:
+            if delivery.verdict is not None:
+                continue
+            if now >= delivery.deadline:
+                delivery.verdict = "timeout"
+            else:
+                if idle is None:
+                    idle = _loop_idle(self._loop, self._limiter)
+                if not idle:
+                    delivery.idle_since = None
+                elif delivery.idle_since is None:
+                    delivery.idle_since = now
+                elif now - delivery.idle_since >= STALL_GRACE_S:
+                    delivery.verdict = "stalled"
+            if delivery.verdict is not None:
+                delivery.task.cancel()
+            else:
+                next_look = min(next_look, delivery.deadline - now)
+        if any(d.verdict is None for d in self._in_flight):
+            self._timer = self._loop.call_later(max(next_look, 0.0), self._look)
 
 
 def _loop_idle(loop: asyncio.AbstractEventLoop, limiter: anyio.CapacityLimiter) -> bool:
