@@ -130,7 +130,7 @@ def test_a_delivery_past_the_timeout_fails_the_test(
         if how == "app":
             qstash.mount(BASE, app)  # the fake's own loop, in the test's thread
         elif how == "lifespan":
-            qstash.mount(BASE, app, lifespan=True)  # the fake's portal
+            qstash.mount(BASE, app, lifespan=True)  # the fake's loop, beside its lifespan
         else:
             qstash.mount(BASE, app_client)  # the TestClient's portal
         client.message.publish(url=f"{BASE}/sleep", body="x")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -152,3 +154,52 @@ def test_replacing_or_unmounting_a_lifespan_app_shuts_it_down() -> None:
         assert events[-1] == "shutdown B"
         qstash.mount(BASE, make("C", events), lifespan=True)
     assert events[-2:] == ["startup C", "shutdown C"]
+
+
+def test_the_lifespan_runs_on_the_fakes_loop_and_nothing_of_it_outlives_the_fake() -> None:
+    # No thread of its own (the cost of one per test): the fake's loop, in a sync test the
+    # test's thread; what the app left running on it is cancelled when the fake stops.
+    seen: list[int] = []
+    cancelled: list[str] = []
+
+    def make(name: str) -> Starlette:
+        @asynccontextmanager
+        async def lifespan(app: Starlette) -> AsyncIterator[None]:
+            async def forgotten() -> None:  # started, never stopped by the app
+                try:
+                    await asyncio.sleep(3600)
+                except asyncio.CancelledError:
+                    cancelled.append(name)
+                    raise
+
+            asyncio.get_running_loop().create_task(forgotten())
+            seen.append(threading.get_ident())
+            yield
+
+        return Starlette(lifespan=lifespan)
+
+    with FakeQStash() as first:
+        first.mount(BASE, make("first"), lifespan=True)
+    assert cancelled == ["first"]
+    with FakeQStash() as second:
+        second.mount(BASE, make("second"), lifespan=True)
+        assert cancelled == ["first"]
+    assert cancelled == ["first", "second"]
+    assert seen == [threading.get_ident()] * 2
+
+
+@pytest.mark.asyncio
+async def test_a_lifespan_mounted_and_stopped_inside_an_async_test() -> None:
+    # mount() and stop() inside a running loop: the fake's own loop runs in a helper thread.
+    events: list[str] = []
+    app = make_app(events)
+    async with FakeQStash() as qstash:
+        qstash.mount(BASE, app, lifespan=True)
+        assert events == ["startup"]
+        await AsyncQStash(os.environ["QSTASH_TOKEN"], retry=False).message.publish(
+            url=f"{BASE}/job", body="inside"
+        )
+        [delivery] = await qstash.atick()
+        assert delivery.status == 200
+        assert app.state.db == {"jobs": ["inside"]}
+    assert events == ["startup", "shutdown"]

@@ -3,11 +3,11 @@ async code.
 
 Sync tests drive ASGI apps on an event loop of the fake's own, run in the test's thread (no
 thread hop per delivery) and kept for the fake's lifetime; apps mounted with a lifespan run
-on an AnyIO blocking portal's loop instead, next to their lifespan. Async tests drive them on the
-test's own loop. A mounted Starlette ``TestClient`` inside its ``with`` block gets its
-deliveries on its own portal's loop, next to the lifespan it runs. URLs no app is mounted for go
-through httpx, so a user's respx routes or pytest-httpx can answer them; the network is only
-used for loopback hosts.
+there in async tests too (from a worker thread), next to their lifespan, a task of that loop.
+Async tests drive the others on the test's own loop. A mounted Starlette ``TestClient`` inside
+its ``with`` block gets its deliveries on its own portal's loop, next to the lifespan it runs.
+URLs no app is mounted for go through httpx, so a user's respx routes or pytest-httpx can
+answer them; the network is only used for loopback hosts.
 
 Every delivery on an event loop is bounded in real time (the loop's monotonic clock, which no
 app clock moves): past ``delivery_timeout`` it is cancelled and ``DeliveryTimeoutError``
@@ -96,10 +96,6 @@ class Sender:
     ) -> None:
         self._mounts = mounts
         self.delivery_timeout_s = delivery_timeout_s
-        self._portal: anyio.from_thread.BlockingPortal | None = None
-        self._portal_cm: contextlib.AbstractContextManager[anyio.from_thread.BlockingPortal] | (
-            None
-        ) = None
         self._lifespans: dict[str, Lifespan] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         # One watch per event loop deliveries run on (the fake's own, a portal's, the test's).
@@ -116,12 +112,9 @@ class Sender:
         try:
             if mount.kind == "wsgi":
                 return _wsgi(mount, request)
-            if mount.kind == "asgi" and mount.lifespan:
-                return self._on_portal(
-                    self._blocking_portal(), _asgi, self._asgi_app(mount), "", request
-                )
             if mount.kind == "asgi":
-                outcome: Outcome = self._on_own_loop(_asgi(mount.app, "", request), request)
+                app = self._asgi_app(mount)
+                outcome: Outcome = self._on_own_loop(_asgi(app, "", request), request)
                 return outcome
             if mount.kind == "client":
                 return self._send_client(mount, request)
@@ -167,7 +160,8 @@ class Sender:
             if (mount.kind == "asgi" and mount.lifespan) or (
                 mount.client == "starlette" and getattr(mount.app, "portal", None) is not None
             ):
-                # Its lifespan runs on a portal's loop: so do its requests (bounded there).
+                # Its lifespan runs on another loop (the fake's own, or the TestClient's
+                # portal's): so do its requests, bounded there, from a worker thread.
                 return await anyio.to_thread.run_sync(self.send, request)
             if mount.kind == "wsgi":
                 return await self._in_thread(_wsgi, mount, request)
@@ -297,11 +291,11 @@ class Sender:
             "left running)",
         )
 
-    def _blocking_portal(self) -> anyio.from_thread.BlockingPortal:
-        if self._portal is None:
-            self._portal_cm = anyio.from_thread.start_blocking_portal()
-            self._portal = self._portal_cm.__enter__()
-        return self._portal
+    def _run_here(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        """Run ``coroutine`` to its end on the fake's own loop (a lifespan's startup or
+        shutdown), whichever thread this is called from."""
+        result: _T = _off_any_loop(self._own_loop().run_until_complete, coroutine)
+        return result
 
     def start_lifespans(self) -> None:
         """Bring the running lifespans in line with the mounts (at mount, unmount, or when the
@@ -312,8 +306,8 @@ class Sender:
         for base_url, lifespan in list(self._lifespans.items()):
             if wanted.get(base_url) is not lifespan.app:
                 del self._lifespans[base_url]
-                if self._portal is not None:
-                    lifespan.stop(self._portal)
+                self._run_here(lifespan.shut_down())
+                lifespan.raise_failure("shutdown")
         for mount in self._mounts.mounts:
             if mount.kind == "asgi" and mount.lifespan:
                 self._asgi_app(mount)
@@ -325,46 +319,56 @@ class Sender:
         lifespan = self._lifespans.get(mount.base_url)
         if lifespan is None or lifespan.app is not mount.app:
             lifespan = Lifespan(mount.app, mount.base_url)
-            lifespan.start(self._blocking_portal())
+            self._run_here(lifespan.start_up())
+            lifespan.raise_failure("startup")
             self._lifespans[mount.base_url] = lifespan
         return lifespan.request_app
 
     def close(self) -> None:
+        """Shut down every lifespan (even after one fails: a lifespan left waiting would keep
+        its task alive), cancel what the apps left on the fake's loop, and close it."""
+        lifespans, self._lifespans = list(self._lifespans.values()), {}
+        if self._loop is not None:
+            loop, self._loop = self._loop, None
+            _off_any_loop(_close_loop, loop, lifespans)
         failure: BaseException | None = None
-        try:
-            lifespans, self._lifespans = list(self._lifespans.values()), {}
-            if self._portal is not None:
-                # Every lifespan is shut down, even after one fails: a lifespan left waiting
-                # would keep the portal's thread from ever finishing.
-                for lifespan in reversed(lifespans):
-                    try:
-                        lifespan.stop(self._portal)
-                    except Exception as exc:
-                        failure = failure or exc
-        finally:
-            self._close_portal()
-            self._close_loop()
+        for lifespan in reversed(lifespans):
+            try:
+                lifespan.raise_failure("shutdown")
+            except Exception as exc:
+                failure = failure or exc
         if failure is not None:
             raise failure
 
-    def _close_loop(self) -> None:
-        if self._loop is None:
-            return
-        loop, self._loop = self._loop, None
-        try:
-            pending = asyncio.all_tasks(loop)
-            for task in pending:
-                task.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        finally:
-            loop.close()
 
-    def _close_portal(self) -> None:
-        if self._portal_cm is not None:
-            cm, self._portal_cm, self._portal = self._portal_cm, None, None
-            cm.__exit__(None, None, None)
+def _close_loop(loop: asyncio.AbstractEventLoop, lifespans: list[Lifespan]) -> None:
+    try:
+        loop.run_until_complete(_shut_down_all(lifespans))
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        loop.close()
+
+
+async def _shut_down_all(lifespans: list[Lifespan]) -> None:
+    for lifespan in reversed(lifespans):
+        await lifespan.shut_down()
+
+
+def _off_any_loop(func: Callable[..., _T], *args: Any) -> _T:
+    """``func(*args)`` here or, when an event loop runs in this thread (an async test, an
+    ``async with FakeQStash()``), in a helper thread: the fake's own loop cannot run inside
+    another one."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return func(*args)
+    with concurrent.futures.ThreadPoolExecutor(1) as helper:
+        return helper.submit(func, *args).result()
 
 
 @contextlib.asynccontextmanager
