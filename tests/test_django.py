@@ -237,6 +237,22 @@ async def test_wsgi_app_from_an_async_test(qstash: FakeQStash, aclient: AsyncQSt
     assert [r.body for r in views.received] == [[1, 2, 3]]
 
 
+@pytest.mark.asyncio
+@pytest.mark.parametrize("name", CLIENTS)
+async def test_a_test_client_from_an_async_test(
+    qstash: FakeQStash, aclient: AsyncQStash, name: str
+) -> None:
+    # The AsyncClient on the test's loop; the sync Client in a worker thread.
+    qstash.mount(BASE, APPS[name]())
+    await aclient.message.publish_json(url=f"{BASE}/async-hook/?page=2", body={"n": 7})
+
+    [delivery] = await qstash.atick()
+
+    assert delivery.status == 200, delivery.response_body
+    [got] = views.received
+    assert (got.url, got.body) == (f"{BASE}/async-hook/?page=2", {"n": 7})
+
+
 # --- django-qstash: tasks published by its client, run by its webhook view ------------------
 
 
