@@ -203,3 +203,37 @@ async def test_a_lifespan_mounted_and_stopped_inside_an_async_test() -> None:
         assert delivery.status == 200
         assert app.state.db == {"jobs": ["inside"]}
     assert events == ["startup", "shutdown"]
+
+
+def test_a_job_handed_to_a_lifespan_worker_is_done_when_tick_returns(
+    qstash: FakeQStash, client: QStash
+) -> None:
+    # The handler answers 202 at once; the lifespan's worker does the job on the fake's loop,
+    # which gets a few passes after the delivery, as a server's loop would go on running.
+    done: list[str] = []
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+        jobs: asyncio.Queue[str] = asyncio.Queue()
+
+        async def worker() -> None:
+            while True:
+                done.append(await jobs.get())
+
+        task = asyncio.create_task(worker())
+        yield {"jobs": jobs}
+        task.cancel()
+
+    app = FastAPI(lifespan=lifespan)
+
+    @app.post("/enqueue", status_code=202)
+    async def enqueue(request: Request) -> None:
+        request.state.jobs.put_nowait((await request.body()).decode())
+
+    qstash.mount(BASE, app, lifespan=True)
+    client.message.publish(url=f"{BASE}/enqueue", body="job-1")
+
+    [delivery] = qstash.tick()
+
+    assert delivery.status == 202
+    assert done == ["job-1"]

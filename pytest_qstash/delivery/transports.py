@@ -210,12 +210,12 @@ class Sender:
         __tracebackhide__ = True
         loop = self._own_loop()
         result = loop.run_until_complete(self._bounded(coroutine, request))
-        # Let what the app started and did not wait for (a fire-and-forget task) move on
-        # before the test looks, as it would on a server's loop: a few passes of the loop,
-        # never a wait (a task waiting on something else stays pending, and is cancelled
-        # when the fake stops).
+        # Let what the app started and did not wait for (a fire-and-forget task, a job handed
+        # to a lifespan's worker) move on before the test looks, as it would on a server's
+        # loop: a few passes of the loop while something is ready to run, never a wait (a
+        # task waiting on something else stays pending, and is cancelled when the fake stops).
         for _ in range(_BACKGROUND_PASSES):
-            if not asyncio.all_tasks(loop):
+            if not _ready_to_run(loop):
                 break
             loop.run_until_complete(asyncio.sleep(0))
         return result
@@ -494,6 +494,13 @@ class _LoopWatch:
                 next_look = min(next_look, delivery.deadline - now)
         if any(d.verdict is None for d in self._in_flight):
             self._timer = self._loop.call_later(max(next_look, 0.0), self._look)
+
+
+def _ready_to_run(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether a callback is ready on the loop (asyncio's private queue of them); on a loop
+    without one (uvloop), whether any task is pending at all."""
+    ready = getattr(loop, "_ready", None)
+    return bool(ready) if ready is not None else bool(asyncio.all_tasks(loop))
 
 
 def _loop_idle(loop: asyncio.AbstractEventLoop, limiter: anyio.CapacityLimiter) -> bool:
