@@ -57,9 +57,14 @@ class DeliveryTimeoutError(QStashFakeError, TimeoutError):
             "connection pool its lifespan created under `with TestClient(app)`, while a "
             "mounted app is called on the fake's own loop): mount the test client instead, "
             "qstash.mount(url, client), so deliveries run where the lifespan runs. The "
-            "message is kept, due again. For work that really takes longer, raise "
-            "delivery_timeout (@pytest.mark.qstash(delivery_timeout=...))."
+            f"message is kept, due again.{'' if stalled else _LONGER}"
         )
+
+
+_LONGER = (
+    " For work that really takes longer, raise delivery_timeout "
+    "(@pytest.mark.qstash(delivery_timeout=...))."
+)
 
 
 class DeliveryLoopError(QStashFakeError):
