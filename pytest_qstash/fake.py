@@ -218,9 +218,10 @@ class FakeQStash:
         with a lifespan.
 
         ``lifespan=True`` (ASGI apps) runs the app's lifespan: startup at once (or when the
-        fake starts, if it has not yet), shutdown when the fake stops; its requests then run
-        on the fake's own event loop thread, in async tests too, next to the resources the
-        lifespan opened. A failed startup raises ``LifespanError`` from here.
+        fake starts, if it has not yet), shutdown when the fake stops, as a task of the fake's
+        own event loop; its requests run on that loop too, in async tests as well, next to
+        the resources the lifespan opened. A failed startup raises ``LifespanError`` from
+        here.
         """
         mount = self.mounts.add(base_url, app, kind, lifespan=lifespan)
         if self._active:  # also shuts down the lifespan of an app this one replaced
