@@ -203,7 +203,7 @@ async def test_testclient_with_a_lifespan_worker_in_async_tests(
         assert (delivery.status, json.loads(delivery.response_body)) == (200, {"done": "ASYNC"})
 
 
-def test_an_httpx_asyncclient_from_an_async_fixture_style_app(
+def test_an_httpx_asyncclient_in_a_sync_test_runs_on_the_fakes_loop(
     qstash: FakeQStash, client: QStash
 ) -> None:
     # An AsyncClient in a sync test: its deliveries run on the fake's own loop.
