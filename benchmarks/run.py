@@ -329,6 +329,54 @@ def fixture_cost_in_process(report: Report, n: int, rounds: int) -> None:
         )
 
 
+def lifespan_cost(report: Report, n: int, rounds: int) -> None:
+    """What ``mount(..., lifespan=True)`` adds to a test: the fake started, a trivial
+    Starlette app mounted with its lifespan (startup at mount), the fake stopped (shutdown),
+    against the same with the app mounted without one. Wall time, and CPU time (the process's,
+    all threads), which a loaded machine does not inflate."""
+    from contextlib import asynccontextmanager
+
+    from starlette.applications import Starlette
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> Any:
+        yield
+
+    app = Starlette(lifespan=lifespan)
+
+    def cycle(with_lifespan: bool, clock: Callable[[], float]) -> Callable[[], float]:
+        def run() -> float:
+            began = clock()
+            for _ in range(n):
+                fake = FakeQStash(**FIXTURE_DEFAULTS)
+                fake.__enter__()
+                fake.mount("https://life.example.com", app, lifespan=with_lifespan)
+                fake.__exit__(None, None, None)
+            return (clock() - began) / n
+
+        return run
+
+    result = interleaved(
+        {
+            "plain": cycle(False, time.perf_counter),
+            "lifespan": cycle(True, time.perf_counter),
+            "plain cpu": cycle(False, time.process_time),
+            "lifespan cpu": cycle(True, time.process_time),
+        },
+        rounds,
+    )
+    extra = result.median("lifespan") - result.median("plain")
+    extra_cpu = result.median("lifespan cpu") - result.median("plain cpu")
+    report.check(
+        f"2. mount(lifespan=True), per test ({rounds} x {n})",
+        f"{ms(result.median('lifespan'))} (+{ms(extra)}; CPU +{ms(extra_cpu)})",
+        ms(result.median("plain")) + " without",
+        None,
+        "info",
+        None,
+    )
+
+
 _CONFTEST = """
 import json, os, sys, time
 
@@ -966,6 +1014,7 @@ def main() -> int:
         ("1", "<= 1.5x", lambda: publish_and_deliver(report, *size.deliver)),
         ("2", "+<= 3 ms", lambda: fixture_cost_in_process(report, *size.fixture)),
         ("2", "+<= 3 ms", lambda: fixture_cost_through_pytest(report, size.pytest_tests, "auto")),
+        ("2", "info", lambda: lifespan_cost(report, *size.fixture)),
     ]
     if size.pytest_freezegun:
         tests = size.pytest_tests

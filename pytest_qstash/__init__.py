@@ -8,6 +8,7 @@ from .durations import parse_duration_ms
 from .errors import (
     AsyncContextError,
     DeliveryLoopError,
+    DeliveryTimeoutError,
     LifespanError,
     QStashFakeError,
     ReentrantCallError,
@@ -27,6 +28,7 @@ __all__ = [
     "AsyncContextError",
     "Delivery",
     "DeliveryLoopError",
+    "DeliveryTimeoutError",
     "DlqEntry",
     "Endpoint",
     "Event",

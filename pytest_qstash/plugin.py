@@ -32,6 +32,7 @@ MARKER_OPTIONS = (
     "dedup_window",
     "max_deliveries_per_instant",
     "max_deliveries_per_call",
+    "delivery_timeout",
     "base_urls",
 )
 _BOOL_INI = {
@@ -55,6 +56,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="auto",
     )
     parser.addini("qstash_start", "the virtual clock's start (ISO 8601); default: real now")
+    parser.addini(
+        "qstash_delivery_timeout",
+        "how long one delivery may take in real time before the test fails (seconds or a "
+        "duration such as 500ms; default 30)",
+    )
     parser.addini(
         "qstash_network_guard",
         "answer QStash calls made while no fake is active with a 503 and a warning, instead "
@@ -133,6 +139,8 @@ def _settings(request: pytest.FixtureRequest) -> dict[str, Any]:
     settings["seed"] = request.node.nodeid
     if config.getini("qstash_start"):
         settings["start"] = config.getini("qstash_start")
+    if config.getini("qstash_delivery_timeout"):
+        settings["delivery_timeout"] = config.getini("qstash_delivery_timeout")
     # Nearest marker wins: test over class over module.
     for marker in reversed(list(request.node.iter_markers("qstash"))):
         if marker.args:

@@ -213,6 +213,16 @@ def test_bad_control_requests_say_what_is_accepted(qstash_server: ServerProcess)
     assert unknown.value.status == 404
 
 
+def test_an_endpoint_that_is_down_is_a_failed_attempt(
+    qstash_server: ServerProcess, sdk: QStash
+) -> None:
+    sdk.message.publish_json(url="http://127.0.0.1:9/x", body={}, retries=1)
+    [delivery] = qstash_server.tick()
+    assert delivery.status is None
+    assert delivery.error.startswith("ConnectError")
+    assert qstash_server.messages[0].state == "RETRY"
+
+
 def test_reset_forgets_everything_and_time_stays(qstash_server: ServerProcess, sdk: QStash) -> None:
     sdk.message.publish_json(url="http://127.0.0.1:9/x", body={}, delay="1h")
     qstash_server.advance("2h")
