@@ -42,6 +42,7 @@ __all__ = [
     "handler",
     "hooks_app",
     "httpx",
+    "orders_app",
     "os",
     "outbox",
     "publish_to_partner",
@@ -113,6 +114,22 @@ def signup_client(qstash: FakeQStash) -> Iterator[TestClient]:
     qstash.mount(SIGNUP_URL, signup_app)
     with TestClient(signup_app, base_url=SIGNUP_URL) as test_client:
         yield test_client
+
+
+# -- an order service: POST /orders publishes a job to its own /jobs/order --------------------
+orders_app = FastAPI()
+
+
+@orders_app.post("/orders")
+async def place_order(request: Request) -> JSONResponse:
+    body = await request.json()
+    client.message.publish_json(url="https://app.example.com/jobs/order", body=body)
+    return JSONResponse({"ok": True}, status_code=201)
+
+
+@orders_app.post("/jobs/order")
+async def order_job(request: Request) -> JSONResponse:
+    return JSONResponse({"done": (await request.json())["id"]})
 
 
 # -- a shop whose /order route is an Upstash Workflow ---------------------------------------
