@@ -24,6 +24,7 @@ import respx
 from respx.models import AllMockedAssertionError, PassThrough
 
 from . import httpx2_support
+from .compat import httpx_transports_patched
 
 DEFAULT_HOSTS = ("qstash.upstash.io",)
 _REGIONAL = re.compile(r"qstash(-[a-z0-9-]+)?\.upstash\.io")
@@ -216,10 +217,6 @@ class QStashOutsideFakeWarning(UserWarning):
     """A QStash call was made while no fake was active (see ``NetworkGuard``)."""
 
 
-_ORIGINAL_HANDLE_REQUEST = httpx.HTTPTransport.handle_request
-_ORIGINAL_HANDLE_ASYNC_REQUEST = httpx.AsyncHTTPTransport.handle_async_request
-
-
 def _user_route_matches(request: httpx.Request) -> bool:
     """Whether a test's own respx router has a route for this request (its pattern is
     matched without running the route's side effect)."""
@@ -252,10 +249,7 @@ def user_interceptors_active() -> bool:
     for mocker in Mocker.registry.values():
         if any(not isinstance(router, QStashRouter) for router in mocker.routers):
             return True
-    return (
-        httpx.HTTPTransport.handle_request is not _ORIGINAL_HANDLE_REQUEST
-        or httpx.AsyncHTTPTransport.handle_async_request is not _ORIGINAL_HANDLE_ASYNC_REQUEST
-    )
+    return httpx_transports_patched()
 
 
 def httpx_mocks_active() -> bool:
@@ -267,7 +261,4 @@ def httpx_mocks_active() -> bool:
         mocker = Mocker.registry.get(name)
         if mocker is not None and any(not isinstance(r, QStashRouter) for r in mocker.routers):
             return True
-    return (
-        httpx.HTTPTransport.handle_request is not _ORIGINAL_HANDLE_REQUEST
-        or httpx.AsyncHTTPTransport.handle_async_request is not _ORIGINAL_HANDLE_ASYNC_REQUEST
-    )
+    return httpx_transports_patched()

@@ -44,6 +44,7 @@ import httpx
 from respx.models import AllMockedAssertionError
 
 from .. import httpx2_support
+from ..compat import unrecord_in_pytest_httpx as _unrecord_in_pytest_httpx
 from ..errors import DeliveryTimeoutError, QStashFakeError
 from ..intercept import is_loopback, user_interceptors_active
 from .lifespan import Lifespan
@@ -723,26 +724,3 @@ def _network_failure(exc: Exception) -> Outcome:
             "mount the app"
         ) from exc
     return Outcome(None, httpx.Headers(), b"", f"{name}: {exc}")
-
-
-def _unrecord_in_pytest_httpx(request: httpx.Request) -> None:
-    """pytest-httpx keeps every request it could not answer, to fail the test at teardown. The
-    fake only asked whether anything would answer this one: the answer (no) is the fake's
-    UnroutedDeliveryError, so the request comes off pytest-httpx's list. Its mock is found in
-    the closure of the transport method it patched; if that ever changes, nothing is done."""
-    for patched in (
-        httpx.HTTPTransport.handle_request,
-        httpx.AsyncHTTPTransport.handle_async_request,
-    ):
-        for cell in getattr(patched, "__closure__", None) or ():
-            try:
-                mock = cell.cell_contents
-            except ValueError:  # an empty cell
-                continue
-            not_matched = getattr(mock, "_requests_not_matched", None)
-            if isinstance(not_matched, list) and any(r is request for r in not_matched):
-                not_matched[:] = [r for r in not_matched if r is not request]
-                seen = getattr(mock, "_requests", None)
-                if isinstance(seen, list):
-                    seen[:] = [entry for entry in seen if entry[1] is not request]
-                return
