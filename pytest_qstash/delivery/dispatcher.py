@@ -177,6 +177,7 @@ class Dispatcher:
             response_content=outcome.content,
             error=outcome.error,
             exception=outcome.exception,
+            kind=message.kind,
         )
         message.deliveries.append(delivery)
         self.deliveries.append(delivery)
