@@ -299,7 +299,7 @@ def pytest_runtest_makereport(
     report: pytest.TestReport = outcome.get_result()
     fake = item.stash.get(_FAKE_KEY, None)
     steps = item.stash.get(_STEPS_KEY, None)
-    if call.when == "call" and report.failed:
+    if call.when in ("setup", "call") and report.failed:
         item.stash[_CALL_FAILED_KEY] = True
     # Items live for the whole session: holding each test's fake (its apps, messages and any
     # exception's traceback) past its test would keep them all in memory.

@@ -136,6 +136,9 @@ def _failing_step(
     message = _failing_message(store, run)
     if message is None or not message.deliveries:
         return None
+    found = store.workflows.membership(message.message_id)
+    if found is not None and found[1] != STEP:  # a context.call's result, say
+        return message, f"its {found[1]} message"
     carried = next((step for step in run.steps if step.message is message), None)
     # A step message's delivery replays the steps so far and runs the next one.
     number = 1 if carried is None else carried.step_id + 1
