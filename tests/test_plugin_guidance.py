@@ -132,6 +132,12 @@ def test_the_marker_alone_gives_the_test_a_fake(pytester: pytest.Pytester) -> No
     )
     result = run_inner(pytester, "-W", "error::pytest_qstash.QStashOutsideFakeWarning")
     result.assert_outcomes(passed=2)
+    run_inner(pytester, "--markers").stdout.fnmatch_lines(
+        [
+            "@pytest.mark.qstash(**options): settings for the qstash fixture, which a marked "
+            "test gets even without asking, e.g. *strict_teardown=True",
+        ]
+    )
 
 
 # -- the header line and --help --------------------------------------------------------------
@@ -351,3 +357,12 @@ def test_api_calls_lists_each_call_and_its_answer(qstash: FakeQStash) -> None:
     assert cut.error.startswith("ConnectError: injected network error")
     assert qstash.api_calls.filter(method="GET") == [lookup]
     assert qstash.api_calls.one(status=404) is lookup
+    at = qstash.now.isoformat()
+    assert repr(lookup) == f"<ApiCall GET /v2/messages/msg_nope status=404 at={at}>"
+    with pytest.raises(AssertionError) as none:
+        qstash.api_calls.one(method="DELETE")
+    assert str(none.value).splitlines()[:2] == [
+        "expected one API call with method='DELETE', found none among 3",
+        f"  <ApiCall POST /v2/publish/https://app.test/x status=200 at={at}>: "
+        "method='POST', not 'DELETE'",
+    ]
