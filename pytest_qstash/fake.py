@@ -257,25 +257,19 @@ class FakeQStash:
         """Answer one QStash API request (what the interception calls); each is kept in
         ``api_calls``."""
         path = request.url.raw_path.decode("ascii").partition("?")[0]
-        call = ApiCall(
-            method=request.method,
-            path=path,
-            url=str(request.url),
-            headers=request.headers,
-            content=request.content,
-            at_ms=self.clock.now_ms,
-            status=None,
-        )
-        self._api_calls.append(call)
+        sent = (request.method, path, request.url, request.headers, request.content)
+        at_ms = self.clock.now_ms
         try:
             response = api.handle(self.store, request, self._faults)
         except Exception as exc:  # an injected network error: the client gets no answer
-            call.error = f"{type(exc).__name__}: {exc}"
+            self._api_calls.append(
+                ApiCall(*sent, at_ms, None, error=f"{type(exc).__name__}: {exc}")
+            )
             raise
-        call.status = response.status_code
-        call.response_headers = response.headers
-        call.response_content = response.content
-        if request.method == "GET" and (path == "/v2/dlq" or path.startswith("/v2/dlq/")):
+        self._api_calls.append(
+            ApiCall(*sent, at_ms, response.status_code, response.headers, response.content)
+        )
+        if request.method == "GET" and response.status_code == 200 and path.startswith("/v2/dlq"):
             self._dlq_read.update(self.store.dlq)  # listed (or fetched) through the API
         return response
 

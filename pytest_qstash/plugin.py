@@ -23,7 +23,8 @@ _CALL_FAILED_KEY = pytest.StashKey[bool]()
 _GUARD_KEY = pytest.StashKey[NetworkGuard]()
 _OWNS_GUARD_KEY = pytest.StashKey[bool]()
 
-#: Marker keywords: each is the FakeQStash keyword argument of the same name.
+#: Marker keywords: each is the FakeQStash keyword argument of the same name (but
+#: strict_teardown, which the fixture itself checks).
 MARKER_OPTIONS = (
     "start",
     "freeze_time",
@@ -39,12 +40,12 @@ MARKER_OPTIONS = (
     "base_urls",
     "strict_teardown",
 )
-_INI_HELP = {
-    "strict_teardown": "fail a test that leaves due messages undelivered or DLQ entries "
-    "nobody read: default for the qstash fixture",
+#: What an ini option does, where its FakeQStash keyword's name does not say it.
+_INI_WHAT = {
+    "strict_teardown": (
+        "fail a test that leaves due messages undelivered or DLQ entries nobody read"
+    ),
 }
-#: Marker keywords the pytest layer reads itself (not FakeQStash arguments).
-_PLUGIN_OPTIONS = ("strict_teardown",)
 _BOOL_INI = {
     "qstash_freeze_time": ("freeze_time", True),
     "qstash_raise_app_exceptions": ("raise_app_exceptions", True),
@@ -57,13 +58,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     # pytest lists ini options in one block, without plugin headings: the common qstash_
     # prefix keeps ours together there (and `-o qstash_...=...` sets one for a run).
     for name, (option, default) in _BOOL_INI.items():
-        parser.addini(
-            name,
-            f"{_INI_HELP.get(option, 'default for the qstash fixture')}'s {option} "
-            f"(default {str(default).lower()})",
-            type="bool",
-            default=default,
-        )
+        usual = f"default for the qstash fixture's {option} (default {str(default).lower()})"
+        what = _INI_WHAT.get(option)
+        parser.addini(name, f"{what}: {usual}" if what else usual, type="bool", default=default)
     parser.addini(
         "qstash_time_library",
         f"which library moves the app's clock: {', '.join(LIBRARIES)} (default auto)",

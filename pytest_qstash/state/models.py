@@ -270,7 +270,7 @@ class ApiCall:
     method: str
     #: The API path (without the query, and without a proxy's prefix from ``QSTASH_URL``).
     path: str
-    url: str
+    request_url: httpx.URL
     headers: httpx.Headers
     content: bytes
     at_ms: int
@@ -280,6 +280,11 @@ class ApiCall:
     response_content: bytes = b""
     #: Why there was no answer (the exception raised to the client), else None.
     error: str | None = None
+
+    @property
+    def url(self) -> str:
+        """The URL called, query included (made into text when read: calls are many)."""
+        return str(self.request_url)
 
     @property
     def body(self) -> str:
