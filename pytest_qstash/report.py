@@ -115,15 +115,20 @@ def _stalled_at_a_plain_endpoint(messages: Sequence[Message]) -> bool:
 def _failing_message(store: Store, run: WorkflowRun) -> Message | None:
     """The step message whose deliveries fail: the one that failed the run, or the newest
     one of a running run that is being retried."""
-    if run.state == "RUN_FAILED" and run.dlq_id is not None:
-        entry = store.dlq.get(run.dlq_id)
-        return entry.message if entry is not None else None
-    if run.state != "RUN_STARTED":
+    entry = store.dlq.get(run.dlq_id) if run.dlq_id is not None else None
+    if run.state == "RUN_FAILED" and entry is not None:
+        return entry.message
+    if run.state not in ("RUN_STARTED", "RUN_FAILED"):
         return None
+    # A running run's step being retried; or, once the DLQ entry is gone (deleted by the
+    # test), the message that failed the run.
+    wanted = (
+        (lambda m: not m.done) if run.state == "RUN_STARTED" else (lambda m: m.state == "FAILED")
+    )
     for message in reversed(run.messages):
         found = store.workflows.membership(message.message_id)
         last = message.last_delivery
-        if found is None or found[1] != STEP or message.done or last is None or last.ok:
+        if found is None or found[1] != STEP or last is None or last.ok or not wanted(message):
             continue
         return message
     return None
@@ -161,7 +166,10 @@ def _failing_step_lines(store: Store, run: WorkflowRun, logged: FailedStep | Non
     ]
     attempts = len(message.deliveries)
     if run.state == "RUN_FAILED":
-        where = f"now in the DLQ as dlq_id={run.dlq_id}"
+        if run.dlq_id in store.dlq:
+            where = f"now in the DLQ as dlq_id={run.dlq_id}"
+        else:
+            where = f"its DLQ entry {run.dlq_id} since deleted"
     else:
         where = f"next attempt due {_when(message.not_before_ms)}"
     lines.append(

@@ -595,3 +595,34 @@ def test_the_sync_sdks_failing_step_is_named_too() -> None:
         "500 RuntimeError: card declined"
     )
     assert "  failure callback: CALLBACK_SUCCESS" in text.splitlines()
+
+
+def test_a_failed_run_whose_dlq_entry_was_deleted_still_shows_its_failing_step(
+    pytester: pytest.Pytester,
+) -> None:
+    result = _run(
+        pytester,
+        FAILING_WORKFLOW
+        + """
+import os
+
+from qstash import QStash
+
+
+def test_checkout(qstash):
+    qstash.mount("https://shop.test", app)
+    qstash.trigger("https://shop.test/charge", {"order": 7})
+    qstash.drain()
+    client = QStash(os.environ["QSTASH_TOKEN"])
+    client.dlq.delete(client.dlq.list().messages[0].dlq_id)
+    assert qstash.runs[0].state == "RUN_SUCCESS"
+""",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "workflow run wfr_* at https://shop.test/charge failed at step 2, 'pay' (Run): "
+            "500 RuntimeError: card declined",
+            "  3 attempt(s) of msg_* (retried=2/2), its DLQ entry * since deleted:",
+        ]
+    )
