@@ -8,6 +8,7 @@ import math
 import re
 import sys
 import time
+from collections import deque
 from datetime import datetime, timezone
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -43,6 +44,9 @@ from .state.store import DEFAULT_DEDUP_WINDOW_MS, Store
 from .state.trigger import trigger_run
 from .state.url_groups import UrlGroup
 from .state.workflows import WorkflowRun
+
+#: How many API calls ``qstash.api_calls`` keeps (the newest).
+API_CALLS_KEPT = 1_000
 
 
 class FakeQStash:
@@ -145,7 +149,9 @@ class FakeQStash:
             on_time=self._app_clock.move_to,
         )
         self._active = False
-        self._api_calls: list[ApiCall] = []
+        # Bounded: a call holds its headers and answer (about 2.6 KB), and a suite that
+        # publishes 100k messages in one test must not hold them all.
+        self._api_calls: deque[ApiCall] = deque(maxlen=API_CALLS_KEPT)
         #: DLQ entries the test has read (``qstash.dlq``, or the DLQ through the API).
         self._dlq_read: set[str] = set()
 
@@ -468,7 +474,8 @@ class FakeQStash:
     @property
     def api_calls(self) -> Found[ApiCall]:
         """The QStash API calls made while the fake was active (by the app, the SDK, the
-        test), in order, each with the fake's answer: rejected ones too."""
+        test), in order, each with the fake's answer: rejected ones too. The newest 1,000
+        are kept."""
         return Found(self._api_calls, "API call")
 
     def _due_now(self) -> list[Message]:

@@ -366,3 +366,17 @@ def test_api_calls_lists_each_call_and_its_answer(qstash: FakeQStash) -> None:
         f"  <ApiCall POST /v2/publish/https://app.test/x status=200 at={at}>: "
         "method='POST', not 'DELETE'",
     ]
+
+
+def test_api_calls_keeps_the_newest(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pytest_qstash.fake
+
+    monkeypatch.setattr(pytest_qstash.fake, "API_CALLS_KEPT", 2)
+    with FakeQStash() as fake:
+        client = QStash(fake.token, retry=False)
+        for n in range(3):
+            client.message.publish(url=f"https://app.test/{n}")
+        assert [call.path for call in fake.api_calls] == [
+            "/v2/publish/https://app.test/1",
+            "/v2/publish/https://app.test/2",
+        ]
