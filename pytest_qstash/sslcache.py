@@ -40,6 +40,7 @@ _lock = threading.Lock()
 _users = 0
 _originals: dict[type[Any], Callable[..., None]] = {}
 _contexts: dict[tuple[object, ...], ssl.SSLContext] = {}
+_checked: dict[tuple[object, ...], bool] = {}
 
 
 def acquire() -> None:
@@ -75,8 +76,17 @@ def active() -> bool:
 
 
 def _supported() -> bool:
-    """Whether this httpx builds contexts as the patch assumes (0.27 and 0.28 do)."""
+    """Whether this httpx builds contexts as the patch assumes (0.27 and 0.28 do). Asked at
+    every first fake, answered once per set of functions (``inspect.signature`` is slow)."""
     create = getattr(getattr(httpx, "_config", None), "create_ssl_context", None)
+    functions = (create, *(transport.__init__ for transport in _TRANSPORTS))
+    known = _checked.get(functions)
+    if known is None:
+        known = _checked[functions] = _shaped_as_expected(create)
+    return known
+
+
+def _shaped_as_expected(create: Callable[..., Any] | None) -> bool:
     if create is None:
         return False
     try:
