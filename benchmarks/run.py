@@ -441,7 +441,7 @@ def fixture_cost_through_pytest(
     times: dict[str, float] = data["times"]
     bare = statistics.median(t for name, t in times.items() if name.startswith("test_bare_"))
     used = statistics.median(t for name, t in times.items() if name.startswith("test_fixture_"))
-    shown = make_app_clock(library).name if library == "auto" else library
+    shown = default_app_clock() if library == "auto" else library
     if plain_install:
         report.check(
             f"2. per test via pytest, plain install, {shown}, {data['modules']} modules "
