@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
-from . import api
+from . import api, sslcache
 from .api.faults import Fault, FaultTable
 from .appclock import AppClock, NoAppClock, make_app_clock
 from .delivery.dispatcher import Dispatcher, DispatchSettings
@@ -178,6 +178,7 @@ class FakeQStash:
         if not self._active:
             self._app_clock.start(self.clock.now_ms)
             self.router.start()
+            sslcache.acquire()  # default httpx clients share one TLS context meanwhile
             self._active = True
             try:
                 self._sender.start_lifespans()
@@ -192,6 +193,7 @@ class FakeQStash:
             try:
                 self.router.stop(quiet=True)
             finally:
+                sslcache.release()
                 self._app_clock.stop()
                 self._sender.close()
 

@@ -11,7 +11,7 @@ import pytest
 
 from .appclock import LIBRARIES, _time_machine_problem, make_app_clock
 from .fake import FakeQStash
-from .intercept import NetworkGuard, QStashOutsideFakeWarning
+from .intercept import KeepHttpxPatched, NetworkGuard, QStashOutsideFakeWarning
 from .report import section
 from .state.account import DEFAULT_ENV
 from .step_failures import StepFailureLog
@@ -22,6 +22,8 @@ _REPORTED_KEY = pytest.StashKey[bool]()
 _CALL_FAILED_KEY = pytest.StashKey[bool]()
 _GUARD_KEY = pytest.StashKey[NetworkGuard]()
 _OWNS_GUARD_KEY = pytest.StashKey[bool]()
+_KEEP_KEY = pytest.StashKey[KeepHttpxPatched]()
+_OWNS_KEEP_KEY = pytest.StashKey[bool]()
 
 #: Marker keywords: each is the FakeQStash keyword argument of the same name (but
 #: strict_teardown, which the fixture itself checks).
@@ -104,6 +106,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "without asking, e.g. start='2026-01-01T00:00:00Z', freeze_time=False, "
         "raise_app_exceptions=False, strict=False, default_retries=0, strict_teardown=True",
     )
+    # One per process, as the guard below.
+    kept = KeepHttpxPatched.running()
+    config.stash[_KEEP_KEY] = kept or KeepHttpxPatched().started()
+    config.stash[_OWNS_KEEP_KEY] = kept is None
     if _bool_ini(config, "qstash_network_guard", at_configure=True):
         # One per process: a pytester run inside this session shares the running one.
         running = NetworkGuard.running()
@@ -162,6 +168,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     guard = config.stash.get(_GUARD_KEY, None)
     if guard is not None and config.stash.get(_OWNS_GUARD_KEY, False):
         guard.stop(quiet=True)
+    kept = config.stash.get(_KEEP_KEY, None)
+    if kept is not None and config.stash.get(_OWNS_KEEP_KEY, False):
+        kept.stop(quiet=True)
 
 
 def _bool_ini(config: pytest.Config, name: str, *, at_configure: bool = False) -> bool:
