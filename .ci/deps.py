@@ -5,19 +5,17 @@ python .ci/deps.py lowest-pins
     .ci/constraints-lowest.txt to exactly its declared minimum, and nothing else is pinned,
     so the lowest-versions run cannot drift from what pyproject.toml promises.
 
-python .ci/deps.py examples-closure
-    Resolves examples/requirements.txt on its own (pip's dry run, nothing installed) and fails
-    if it brings in a dependency of ours that the examples' own stack does not need: there,
-    it would hide a runtime dependency missing from pyproject.toml in the plain-install run (and
-    time-machine, the optional clock, would change which clock backend that run tests).
+python .ci/deps.py examples-closure PIP_FREEZE_FILE
+    Reads what installing examples/requirements.txt alone put in a virtualenv (`pip freeze`
+    output) and fails if that brought in a dependency of ours the examples' own stack does not
+    need: there, it would hide a runtime dependency missing from pyproject.toml in the
+    plain-install run (and time-machine, the optional clock, would change which clock backend
+    that run tests).
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -100,7 +98,7 @@ def lowest_pins() -> int:
     return 1 if problems else 0
 
 
-def examples_closure() -> int:
+def examples_closure(freeze: Path) -> int:
     listed = {canonicalize_name(r.name) for r in _requirements(EXAMPLES.read_text().splitlines())}
     project = _project()
     extras = project.get("optional-dependencies", {})
@@ -108,30 +106,13 @@ def examples_closure() -> int:
     # The runtime dependencies, and the `fast` clock whose mere presence changes our behaviour.
     ours = list(project.get("dependencies", [])) + extras.get("fast", [])  # type: ignore[call-overload]
     ours_names = {canonicalize_name(r.name) for r in _requirements(ours)}
-    with tempfile.TemporaryDirectory() as scratch:
-        report = Path(scratch) / "report.json"
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--dry-run",
-                "--ignore-installed",
-                "--report",
-                str(report),
-                "-r",
-                str(EXAMPLES),
-            ],
-            check=True,
-        )
-        resolved = {
-            canonicalize_name(item["metadata"]["name"]): item["metadata"]["version"]
-            for item in json.loads(report.read_text())["install"]
-        }
+    resolved = {}
+    for line in freeze.read_text().splitlines():
+        name, _, version = line.partition("==")
+        if version:
+            resolved[canonicalize_name(name)] = version
     brought = sorted((resolved.keys() & ours_names) - listed - SHARED_WITH_THE_EXAMPLES)
-    print(f"{EXAMPLES.relative_to(ROOT)} resolves to {len(resolved)} packages:")
+    print(f"{EXAMPLES.relative_to(ROOT)} alone installs {len(resolved)} packages:")
     print("  " + " ".join(f"{name}=={resolved[name]}" for name in sorted(resolved)))
     if brought:
         print(
@@ -144,7 +125,8 @@ def examples_closure() -> int:
 
 
 if __name__ == "__main__":
-    commands = {"lowest-pins": lowest_pins, "examples-closure": examples_closure}
-    if len(sys.argv) != 2 or sys.argv[1] not in commands:
-        sys.exit(f"usage: python .ci/deps.py {{{'|'.join(commands)}}}")
-    sys.exit(commands[sys.argv[1]]())
+    if sys.argv[1:] == ["lowest-pins"]:
+        sys.exit(lowest_pins())
+    if len(sys.argv) == 3 and sys.argv[1] == "examples-closure":
+        sys.exit(examples_closure(Path(sys.argv[2])))
+    sys.exit("usage: python .ci/deps.py lowest-pins | examples-closure PIP_FREEZE_FILE")
