@@ -1,7 +1,7 @@
 """Dependency checks for .ci/run (run with the CI virtualenv's python, from the repository root).
 
 python .ci/deps.py lowest-pins
-    Every `>=` dependency pyproject.toml declares (runtime, `fast`, `test`) is pinned in
+    Every `>=` dependency pyproject.toml declares (runtime, `test`, `fast`) is pinned in
     .ci/constraints-lowest.txt to exactly its declared minimum, and nothing else is pinned,
     so the lowest-versions run cannot drift from what pyproject.toml promises.
 
@@ -9,8 +9,7 @@ python .ci/deps.py examples-closure PIP_FREEZE_FILE
     Reads what installing examples/requirements.txt alone put in a virtualenv (`pip freeze`
     output) and fails if that brought in a dependency of ours the examples' own stack does not
     need: there, it would hide a runtime dependency missing from pyproject.toml in the
-    plain-install run (and time-machine, the optional clock, would change which clock backend
-    that run tests).
+    plain-install run.
 """
 
 from __future__ import annotations
@@ -103,7 +102,7 @@ def examples_closure(freeze: Path) -> int:
     project = _project()
     extras = project.get("optional-dependencies", {})
     assert isinstance(extras, dict)
-    # The runtime dependencies, and the `fast` clock whose mere presence changes our behaviour.
+    # The runtime dependencies (and `fast`, which once added the clock and may again add one).
     ours = list(project.get("dependencies", [])) + extras.get("fast", [])  # type: ignore[call-overload]
     ours_names = {canonicalize_name(r.name) for r in _requirements(ours)}
     resolved = {}
