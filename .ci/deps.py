@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = ROOT / "pyproject.toml"
 LOWEST = ROOT / ".ci" / "constraints-lowest.txt"
 EXAMPLES = ROOT / "examples" / "requirements.txt"
-PINNED_SECTIONS = ("fast", "test")  # plus the runtime dependencies; `dev` is tools only
+PINNED_SECTIONS = ("fast", "test")  # plus the runtime dependencies; `dev`, `docs`: tools
 
 # Ours, but needed by the examples' own stack, so any project using them has them anyway: the
 # qstash SDK depends on httpx and pyjwt, pytest-asyncio on pytest, httpx and Starlette on anyio.
