@@ -224,13 +224,16 @@ def test_an_endpoint_that_is_down_is_a_failed_attempt(
 
 
 def test_reset_forgets_everything_and_time_stays(qstash_server: ServerProcess, sdk: QStash) -> None:
-    sdk.message.publish_json(url="http://127.0.0.1:9/x", body={}, delay="1h")
+    before = sdk.message.publish_json(url="http://127.0.0.1:9/x", body={}, delay="1h")
     qstash_server.advance("2h")
     later = qstash_server.now
     qstash_server.reset()
     assert qstash_server.messages == []
     assert qstash_server.deliveries == []
     assert qstash_server.now >= later
+    # Apps outlive a reset: a message after it never reuses an id one of them saw before.
+    after = sdk.message.publish_json(url="http://127.0.0.1:9/x", body={}, delay="1h")
+    assert after.message_id != before.message_id  # type: ignore[union-attr]
 
 
 def test_real_clock_delivers_on_its_own(app: AppProcess) -> None:
@@ -305,6 +308,44 @@ def test_one_server_per_xdist_worker(pytester: pytest.Pytester) -> None:
     servers = [json.loads((pytester.path / f"gw{n}.json").read_text()) for n in (0, 1)]
     assert servers[0]["url"] != servers[1]["url"]
     assert servers[0]["pid"] != servers[1]["pid"]
+
+
+def test_only_the_tests_that_use_the_server_see_its_url(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The server lives for the session; its QSTASH_URL must not leak into the tests after
+    # (in random order or under xdist, a later test's QStash calls went to its port).
+    pytester.makepyfile(
+        """
+        import os
+
+        import pytest
+
+
+        @pytest.fixture(scope="module")
+        def app_env(qstash_server):
+            return os.environ["QSTASH_URL"]  # a fixture of the test sees it too
+
+
+        def test_a_uses_it(qstash_server, app_env):
+            assert os.environ["QSTASH_URL"] == qstash_server.url == app_env
+
+
+        def test_b_does_not():
+            assert "QSTASH_URL" not in os.environ
+
+
+        def test_c_uses_it_again(qstash_server):
+            assert os.environ["QSTASH_URL"] == qstash_server.url
+
+
+        def test_d_does_not_either():
+            assert "QSTASH_URL" not in os.environ
+        """
+    )
+    monkeypatch.delenv("QSTASH_URL", raising=False)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=4)
 
 
 def test_no_server_or_app_outlives_a_killed_test_run(tmp_path: Path) -> None:

@@ -60,9 +60,15 @@ class ServerSettings:
     seed: int | str = 0
 
 
-def build_fake(settings: ServerSettings, start: str | float | None = None) -> FakeQStash:
+def build_fake(
+    settings: ServerSettings, start: str | float | None = None, generation: int = 0
+) -> FakeQStash:
     """A fake for serving: the process's own clock is left alone (the apps it calls run on
-    the real clock and verify signatures on it), and deliveries may go to any host."""
+    the real clock and verify signatures on it), and deliveries may go to any host.
+
+    ``generation`` counts resets: each gets ids of its own (still seeded), since the apps a
+    server delivers to outlive a reset, and one that remembers the message ids it processed
+    (to be idempotent) must not take a new message for one it saw before the reset."""
     if start is None:
         start = settings.start if settings.start is not None else _wall_start(settings.clock)
     fake = FakeQStash(
@@ -70,7 +76,7 @@ def build_fake(settings: ServerSettings, start: str | float | None = None) -> Fa
         freeze_time=False,
         raise_app_exceptions=False,
         strict=False,
-        seed=settings.seed,
+        seed=settings.seed if generation == 0 else f"{settings.seed}/reset-{generation}",
         token=settings.token,
         current_signing_key=settings.current_signing_key,
         next_signing_key=settings.next_signing_key,
@@ -92,6 +98,7 @@ class QStashServerApp:
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
         self.fake = build_fake(settings)
+        self._resets = 0
         self._lock: asyncio.Lock | None = None
         self._wake: asyncio.Event | None = None
         self._follower: asyncio.Task[None] | None = None
@@ -287,7 +294,8 @@ class QStashServerApp:
             start = body.get("start")
             if start is None and self.settings.clock == "virtual":
                 start = max(_wall_start("virtual"), old.clock.now_ms / 1000)
-            self.fake = build_fake(self.settings, start)
+            self._resets += 1
+            self.fake = build_fake(self.settings, start, self._resets)
             old.stop()
             with contextlib.suppress(Exception):
                 old._sender.close()

@@ -14,6 +14,9 @@ import pytest
 
 from .process import ENV_NAMES, ServerProcess
 
+_SERVER_KEY = pytest.StashKey[ServerProcess]()
+_SAVED_ENV_KEY = pytest.StashKey[dict[str, "str | None"]]()
+
 
 @pytest.fixture(scope="session")
 def qstash_server_options() -> dict[str, Any]:
@@ -23,24 +26,49 @@ def qstash_server_options() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
-def qstash_server(qstash_server_options: dict[str, Any]) -> Iterator[ServerProcess]:
+def qstash_server(
+    request: pytest.FixtureRequest, qstash_server_options: dict[str, Any]
+) -> Iterator[ServerProcess]:
     """A ``pytest-qstash serve`` on a free loopback port, on a virtual clock, for the whole
     session. It takes the session's ``QSTASH_TOKEN`` and signing keys (an app module imported
-    earlier keeps working) and ``QSTASH_URL`` is set in ``os.environ`` meanwhile, so the app
-    processes a test starts talk to it. It has the fixture's verbs
+    earlier keeps working). ``QSTASH_URL`` points at it in ``os.environ`` while a test that
+    uses it runs (its fixtures included), so the app processes a test starts talk to it; the
+    tests that do not use it see the environment as it was. It has the fixture's verbs
     and lists (``tick``, ``advance``, ``drain``, ``messages``, ``deliveries``, ...) and
     ``reset()`` to forget what earlier tests left."""
     options = {"clock": "virtual", **qstash_server_options}
     options["args"] = ["--credentials-from-env", "--stop-with-parent", *options.get("args", ())]
     server = ServerProcess.start(**options)
-    saved = {name: os.environ.get(name) for name in ENV_NAMES}
-    os.environ.update(server.env)
+    request.config.stash[_SERVER_KEY] = server
+    os.environ.update(server.env)  # for the rest of this test; restored at its teardown
     try:
         yield server
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        del request.config.stash[_SERVER_KEY]
         server.stop()
+
+
+# The server lives for the session, but its QSTASH_URL must not: a test that does not use it
+# (in random order, under xdist) would otherwise send its QStash calls to a loopback port.
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    if "qstash_server" in getattr(item, "fixturenames", ()):
+        item.stash[_SAVED_ENV_KEY] = {name: os.environ.get(name) for name in ENV_NAMES}
+        server = item.config.stash.get(_SERVER_KEY, None)
+        if server is not None:
+            os.environ.update(server.env)
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    yield
+    saved = item.stash.get(_SAVED_ENV_KEY, None)
+    if saved is None:
+        return
+    del item.stash[_SAVED_ENV_KEY]
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
