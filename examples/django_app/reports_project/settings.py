@@ -25,7 +25,9 @@ MIDDLEWARE = [
 ]
 
 USE_TZ = True
-TIME_ZONE = "UTC"
+# Django's own default, as in a project started with `startproject` and never changed: Django
+# then sets the process's TZ to it, and the fake's signatures must verify all the same.
+TIME_ZONE = "America/Chicago"
 
 # django-qstash publishes with QSTASH_TOKEN and verifies the webhook's Upstash-Signature with
 # the signing keys.
