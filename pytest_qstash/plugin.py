@@ -33,6 +33,7 @@ MARKER_OPTIONS = (
     "max_deliveries_per_instant",
     "max_deliveries_per_call",
     "base_urls",
+    "plan",
 )
 _BOOL_INI = {
     "qstash_freeze_time": ("freeze_time", True),
@@ -55,6 +56,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="auto",
     )
     parser.addini("qstash_start", "the virtual clock's start (ISO 8601); default: real now")
+    parser.addini(
+        "qstash_plan",
+        "the QStash plan whose limits apply: free, pay_as_you_go, fixed_1m or fixed_10m "
+        "(default fixed_10m, the most permissive)",
+    )
     parser.addini(
         "qstash_network_guard",
         "answer QStash calls made while no fake is active with a 503 and a warning, instead "
@@ -133,6 +139,8 @@ def _settings(request: pytest.FixtureRequest) -> dict[str, Any]:
     settings["seed"] = request.node.nodeid
     if config.getini("qstash_start"):
         settings["start"] = config.getini("qstash_start")
+    if config.getini("qstash_plan"):
+        settings["plan"] = config.getini("qstash_plan")
     # Nearest marker wins: test over class over module.
     for marker in reversed(list(request.node.iter_markers("qstash"))):
         if marker.args:

@@ -2,7 +2,8 @@
 
 One step is split in two, ``next_job`` (pop what is due, mark it ACTIVE, build the signed
 request) and ``finish`` (record the outcome, schedule a retry or fail, publish callbacks), so
-the sync and async loops share everything but the line that sends.
+the sync and async loops share everything but the line that sends. An attempt whose handler
+takes virtual time is called at its start and finished by its end event, later on the clock.
 
 Functions on the delivery path set ``__tracebackhide__``: pytest then shows a failed
 delivery from the test's call straight to the app's frame (or our error).
@@ -21,9 +22,11 @@ from typing import Any
 import httpx
 
 from ..errors import DeliveryLoopError, ReentrantCallError, UnroutedDeliveryError
-from ..state.models import Delivery, DlqEntry, Message, MessageState, ms_to_datetime
+from ..state.attempts import Attempt
+from ..state.models import Delivery, DlqEntry, Message, ms_to_datetime
 from ..state.options import derived_options, header_lists, parse_options
 from ..state.store import AttemptResult, Store
+from .handler_time import HandlerTimes
 from .mounts import MountTable
 from .signing import sign
 from .transports import Outcome, Sender, Unrouted
@@ -40,10 +43,14 @@ _MAX_PER_CALL = 100_000
 
 @dataclass(slots=True)
 class Job:
-    message: Message
-    request: httpx.Request
-    at_ms: int
-    previous_state: MessageState
+    attempt: Attempt
+    #: The request to send; None for an attempt in flight that ends now.
+    request: httpx.Request | None
+    duration_ms: int = 0
+
+    @property
+    def message(self) -> Message:
+        return self.attempt.message
 
 
 @dataclass
@@ -63,13 +70,14 @@ class Dispatcher:
         sender: Sender,
         settings: DispatchSettings,
         on_time: Callable[[int], None],
+        handler_times: HandlerTimes | None = None,
     ) -> None:
         self.store = store
+        self.handler_times = handler_times if handler_times is not None else HandlerTimes()
         self.clock = store.clock
         self.mounts = mounts
         self.sender = sender
         self.settings = settings
-        self.deliveries: list[Delivery] = []
         self._on_time = on_time  # keeps the app-visible clock on the virtual one
         self._recent: deque[tuple[str, str]] = deque(maxlen=5)
         self._running = False  # a run()/arun() is under way: they do not nest
@@ -87,14 +95,19 @@ class Dispatcher:
         made: list[Delivery] = []
         try:
             while (job := self.next_job(until_ms, len(made))) is not None:
+                if job.request is None:
+                    made.append(self.finish(job.attempt))
+                    continue
                 try:
+                    job.duration_ms = self.handler_times.duration_ms(job.request)
                     outcome = self.sender.send(job.request)
                 except Unrouted as exc:
                     outcome = self._unrouted(job, exc)
                 except BaseException:
                     self._abandon(job)
                     raise
-                made.append(self.finish(job, outcome))
+                if (delivery := self.answered(job, outcome)) is not None:
+                    made.append(delivery)
         finally:
             self.store.delivering = None
             self._running = False
@@ -107,14 +120,19 @@ class Dispatcher:
         made: list[Delivery] = []
         try:
             while (job := self.next_job(until_ms, len(made))) is not None:
+                if job.request is None:
+                    made.append(self.finish(job.attempt))
+                    continue
                 try:
+                    job.duration_ms = self.handler_times.duration_ms(job.request)
                     outcome = await self.sender.asend(job.request)
                 except Unrouted as exc:
                     outcome = self._unrouted(job, exc)
                 except BaseException:
                     self._abandon(job)
                     raise
-                made.append(self.finish(job, outcome))
+                if (delivery := self.answered(job, outcome)) is not None:
+                    made.append(delivery)
         finally:
             self.store.delivering = None
             self._running = False
@@ -139,49 +157,55 @@ class Dispatcher:
             )
 
     # -- steps ------------------------------------------------------------------------------
+    @property
+    def deliveries(self) -> list[Delivery]:
+        return self.store.deliveries
+
     def next_job(self, until_ms: int, made: int) -> Job | None:
         __tracebackhide__ = True
         while (event := self.clock.pop_due(until_ms)) is not None:
-            if event.kind == "cron":
+            kind = event.kind
+            if kind == "end":
+                attempt = self.store.attempt_due(event.target, event.generation)
+                if attempt is None:
+                    continue  # cut short since (cancelled in flight)
+                self._on_time(self.clock.now_ms)
+                return Job(attempt, None)
+            if kind == "cron":
                 self.store.fire_schedule(event.target, event.generation)
                 continue
-            if event.kind == "flow":
+            if kind == "flow":
                 self.store.wake_flow(event.target)
                 continue
             message = self.store.live_message(event.target, event.generation)
             if message is None:
                 continue  # stale: cancelled, or rescheduled since
             if not self.store.may_start(message):
-                continue  # parked behind its queue's earlier messages; released later
-            previous = message.state
-            self._guard(message, made)
+                continue  # held by its queue, its flow-control key or global parallelism
             self._on_time(self.clock.now_ms)
-            self.store.start_attempt(message)
+            attempt = self.store.start_attempt(message)
+            self._guard(attempt, made)
             self.store.delivering = message
-            return Job(message, self._request(message), self.clock.now_ms, previous)
+            request = self._request(message)
+            attempt.headers, attempt.content = request.headers, request.content
+            return Job(attempt, request)
         return None
 
-    def finish(self, job: Job, outcome: Outcome) -> Delivery:
+    def answered(self, job: Job, outcome: Outcome) -> Delivery | None:
+        """The app answered: finish the attempt now, or leave it in flight until its end."""
         __tracebackhide__ = True
-        message = job.message
-        delivery = Delivery(
-            message_id=message.message_id,
-            url=message.url,
-            method=message.method,
-            headers=job.request.headers,
-            content=job.request.content,
-            at_ms=job.at_ms,
-            retried=message.retried,
-            status=outcome.status,
-            response_headers=outcome.headers,
-            response_content=outcome.content,
-            error=outcome.error,
-            exception=outcome.exception,
+        result = AttemptResult(
+            outcome.status, outcome.headers, outcome.content, outcome.error, outcome.exception
         )
-        message.deliveries.append(delivery)
-        self.deliveries.append(delivery)
-        result = AttemptResult(outcome.status, outcome.headers, outcome.content, outcome.error)
-        dlq_entry = self.store.finish_attempt(message, result)
+        if self.store.answered(job.attempt, result, job.duration_ms):
+            return self.finish(job.attempt)
+        self.store.delivering = None
+        return None
+
+    def finish(self, attempt: Attempt) -> Delivery:
+        __tracebackhide__ = True
+        message = attempt.message
+        delivery, dlq_entry = self.store.end_attempt(attempt)
         # No callbacks for a message cancelled while this attempt was in flight.
         if message.callback and message.state != "CANCELED":
             self._callback(message, delivery, message.callback, "upstash-callback-")
@@ -191,8 +215,8 @@ class Dispatcher:
             )
         # What is published from here on (a cron firing, the test) is no part of its cascade.
         self.store.delivering = None
-        if outcome.exception is not None and self.settings.raise_app_exceptions:
-            raise outcome.exception
+        if delivery.exception is not None and self.settings.raise_app_exceptions:
+            raise delivery.exception
         return delivery
 
     def settle(self, until_ms: int) -> None:
@@ -238,12 +262,13 @@ class Dispatcher:
     def _abandon(self, job: Job) -> None:
         """A delivery cut short by what is no app error (a cancellation, KeyboardInterrupt,
         SystemExit): the attempt did not happen; the message is due again, not stuck ACTIVE."""
-        self.store.requeue(job.message, job.previous_state)
+        self.store.requeue(job.attempt)
 
     def _unrouted(self, job: Job, exc: Unrouted) -> Outcome:
         __tracebackhide__ = True
+        job.duration_ms = 0  # nothing answered: the attempt fails at once
         if self.settings.strict_routing:
-            self.store.requeue(job.message, job.previous_state)
+            self.store.requeue(job.attempt)
             reason = exc.reason
             message = job.message
             if message.callback_for is not None:
@@ -261,11 +286,12 @@ class Dispatcher:
             ) from None
         return Outcome(None, httpx.Headers(), b"", f"unrouted: {exc.reason}")
 
-    def _guard(self, message: Message, made: int) -> None:
+    def _guard(self, attempt: Attempt, made: int) -> None:
         """Stop a runaway cascade: deliveries publishing more deliveries for the same instant
         (a chain, or a fan-out feeding itself), so that time never moves. Plenty of
         independent messages due at once are no cascade, and are never stopped."""
         __tracebackhide__ = True
+        message = attempt.message
         self._recent.append((message.message_id, message.url))
         now = self.clock.now_ms
         if message.cascade_depth and message.created_ms == now:
@@ -278,7 +304,7 @@ class Dispatcher:
         )
         if not runaway and made < self.settings.max_per_call:
             return
-        self.store.requeue(message, message.state)
+        self.store.requeue(attempt)
         recent = "; ".join(f"{mid} -> {url}" for mid, url in self._recent)
         if runaway:
             what = (

@@ -14,11 +14,20 @@ from itertools import islice
 import httpx
 
 from .account import Account
+from .attempts import (
+    CANCELED_IN_FLIGHT,
+    NON_RETRYABLE_STATUS,
+    Attempt,
+    AttemptResult,
+    is_non_retryable,
+    timeout_error,
+)
 from .clock import DueEvent, VirtualClock
 from .flow_control import FlowKey
 from .ids import IdGenerator
-from .models import DlqEntry, Event, Message, MessageState
+from .models import Delivery, DlqEntry, Event, Message, MessageState
 from .options import MessageOptions, parse_options
+from .plans import DEFAULT_PLAN, PLANS, Plan
 from .queues import Queue
 from .rejections import RejectedCalls
 from .retry import (
@@ -32,33 +41,9 @@ from .schedules import CronExpression, Schedule
 from .url_groups import UrlGroup
 from .workflows import WorkflowRuns
 
-#: QStash answers 489 with this header set to mean "do not retry".
-NON_RETRYABLE_STATUS = 489
+__all__ = ["NON_RETRYABLE_STATUS", "AttemptResult", "Store", "is_non_retryable"]
+
 DEFAULT_DEDUP_WINDOW_MS = 10 * 60 * 1000
-
-
-@dataclass(slots=True)
-class AttemptResult:
-    status: int | None
-    headers: httpx.Headers
-    content: bytes
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.status is not None and 200 <= self.status < 300
-
-    @property
-    def non_retryable(self) -> bool:
-        return is_non_retryable(self.status, self.headers)
-
-
-def is_non_retryable(status: int | None, headers: httpx.Headers) -> bool:
-    """489 with ``Upstash-NonRetryable-Error: true``: QStash gives up at once."""
-    return (
-        status == NON_RETRYABLE_STATUS
-        and headers.get("upstash-nonretryable-error", "").lower() == "true"
-    )
 
 
 class UnknownDestination(ValueError):
@@ -82,6 +67,7 @@ class Store:
         *,
         default_retries: int = DEFAULT_RETRIES,
         dedup_window_ms: int = DEFAULT_DEDUP_WINDOW_MS,
+        plan: Plan | None = None,
     ) -> None:
         self.clock = clock
         self.ids = ids
@@ -109,6 +95,18 @@ class Store:
         self.workflows = WorkflowRuns()
         #: API calls answered with an error (the newest kept), for the failure report.
         self.api_errors = RejectedCalls()
+        #: Every attempt that ended, in the order they ended.
+        self.deliveries: list[Delivery] = []
+        #: Attempts started and not ended yet, by message id.
+        self.in_flight: dict[str, Attempt] = {}
+        #: What the account's plan limits.
+        self.plan = plan if plan is not None else PLANS[DEFAULT_PLAN]
+        #: Account-wide cap on attempts in flight; messages over it wait here, in order.
+        self.global_parallelism = self.plan.global_parallelism
+        self._global_waiting: dict[str, None] = {}
+        #: The longest an attempt may take (the plan's maximum HTTP response duration).
+        self.max_response_ms = self.plan.max_response_ms
+        self._attempt_seq = 0
 
     # -- creation ---------------------------------------------------------------------------
     def create_message(
@@ -167,6 +165,9 @@ class Store:
             self._callbacks_pending.setdefault(callback_for, set()).add(message.message_id)
         if queue is not None:
             self.queue(queue).members[message.message_id] = None
+        if opts.flow_control is not None and opts.flow_control.key:
+            # The key exists (and takes this message's limits) from the publish naming it.
+            self.flow_key(opts.flow_control.key).add(opts.flow_control)
         self._log(message, "CREATED", next_delivery_ms=not_before if not_before > now else None)
         self._plan_delivery(message, not_before)
         # Upstash Workflow: the one place a message joins its run (or starts one).
@@ -259,20 +260,111 @@ class Store:
             return None
         return message
 
-    def start_attempt(self, message: Message) -> None:
+    def start_attempt(self, message: Message) -> Attempt:
+        """An attempt starts now: the message is ACTIVE until the attempt ends."""
+        previous = message.state
         message.state = "ACTIVE"
         self._log(message, "ACTIVE")
+        self._attempt_seq += 1
+        fc = message.flow_control
+        attempt = Attempt(
+            message,
+            self.clock.now_ms,
+            previous,
+            self._attempt_seq,
+            flow_key=fc.key if fc is not None and fc.key else None,
+        )
+        self.in_flight[message.message_id] = attempt
+        return attempt
 
-    def requeue(self, message: Message, previous: MessageState) -> None:
+    def answered(self, attempt: Attempt, result: AttemptResult, duration_ms: int) -> bool:
+        """The app answered the call an attempt started with. Returns True when the attempt
+        ends now; otherwise it stays in flight until ``duration_ms`` after its start, or until
+        its timeout cuts it (the answer is then discarded), and an end event is planned."""
+        message = attempt.message
+        if message.state == "CANCELED" or duration_ms <= 0:
+            attempt.result, attempt.ends_ms = result, attempt.started_ms
+            return True  # cancelled while being called: its answer is what it answered
+        limit = self.max_response_ms
+        if message.timeout_ms is not None:
+            limit = min(limit, message.timeout_ms)  # a timeout only shortens the plan's
+        if duration_ms > limit:
+            result = AttemptResult(
+                None,
+                httpx.Headers(),
+                b"",
+                timeout_error(message.method, message.url),
+                result.exception,
+            )
+            duration_ms = limit
+        attempt.result = result
+        attempt.ends_ms = attempt.started_ms + duration_ms
+        if attempt.ends_ms <= self.clock.now_ms:
+            return True
+        self.clock.schedule(attempt.ends_ms, "end", message.message_id, attempt.generation)
+        return False
+
+    def attempt_due(self, message_id: str, generation: int) -> Attempt | None:
+        """The attempt an end event is for, unless it ended already (cut by a cancel)."""
+        attempt = self.in_flight.get(message_id)
+        if attempt is None or attempt.generation != generation:
+            return None
+        return attempt
+
+    def end_attempt(self, attempt: Attempt) -> tuple[Delivery, DlqEntry | None]:
+        """An attempt ends now: record it as a delivery, apply its outcome (retry, fail into
+        the DLQ, or delivered), and free its slots."""
+        message = attempt.message
+        result = attempt.result
+        assert result is not None
+        delivery = Delivery(
+            message_id=message.message_id,
+            url=message.url,
+            method=message.method,
+            headers=attempt.headers if attempt.headers is not None else httpx.Headers(),
+            content=attempt.content,
+            at_ms=attempt.started_ms,
+            retried=message.retried,
+            status=result.status,
+            response_headers=result.headers,
+            response_content=result.content,
+            error=result.error,
+            exception=result.exception,
+            ended_ms=self.clock.now_ms,
+        )
+        message.deliveries.append(delivery)
+        self.deliveries.append(delivery)
+        self._release_slots(attempt)
+        return delivery, self.finish_attempt(message, result)
+
+    def _release_slots(self, attempt: Attempt) -> None:
+        """The attempt is no longer in flight: what waited for its slot may start."""
+        self.in_flight.pop(attempt.message.message_id, None)
+        if attempt.flow_key is not None:
+            flow = self.flow_keys.get(attempt.flow_key)
+            if flow is not None:
+                flow.active = max(0, flow.active - 1)
+                self._release(flow)
+        if self._global_waiting:
+            message_id = next(iter(self._global_waiting))
+            del self._global_waiting[message_id]
+            self._plan_delivery(self.messages[message_id], self.clock.now_ms)
+
+    def requeue(self, attempt: Attempt) -> None:
         """Put back an attempt that could not be made (nothing to deliver it to, or cut
         short); the log forgets the ACTIVE it was started with, as no attempt happened."""
-        message.state = previous
+        message = attempt.message
+        message.state = attempt.previous_state
         for position in range(len(self.events) - 1, -1, -1):
             event = self.events[position]
             if event.message_id == message.message_id:
                 if event.state == "ACTIVE":
                     del self.events[position]
                 break
+        if attempt.flow_key is not None and attempt.flow_key in self.flow_keys:
+            flow = self.flow_keys[attempt.flow_key]
+            flow.rate_count = max(0, flow.rate_count - 1)  # it never started
+        self._release_slots(attempt)
         self._plan_delivery(message, self.clock.now_ms)
 
     def finish_attempt(self, message: Message, result: AttemptResult) -> DlqEntry | None:
@@ -315,9 +407,16 @@ class Store:
         self._log(message, "CANCEL_REQUESTED")
         message.state = "CANCELED"
         self._log(message, "CANCELED")
-        self._finished(message)
+        self._global_waiting.pop(message.message_id, None)
         if message.flow_control and message.flow_control.key in self.flow_keys:
             self.flow_keys[message.flow_control.key].waiting.pop(message.message_id, None)
+        attempt = self.in_flight.get(message.message_id)
+        if attempt is not None and attempt.ends_ms is not None:
+            # In flight past its call: cut now, its answer discarded, its slots freed. (One
+            # cancelled while its app is being called ends with the app's answer instead.)
+            attempt.result = AttemptResult(None, httpx.Headers(), b"", CANCELED_IN_FLIGHT)
+            self.end_attempt(attempt)
+        self._finished(message)
         return True
 
     def run_now(self, message: Message) -> None:
@@ -379,17 +478,20 @@ class Store:
         return queue
 
     def may_start(self, message: Message) -> bool:
-        """Whether a due message may be attempted now. If its queue or its flow-control key
-        says no, it waits there and is released when they allow it."""
+        """Whether a due message may be attempted now. If its queue, the account's global
+        parallelism or its flow-control key says no, it waits there and is released when
+        they allow it."""
         queue = self.queues.get(message.queue) if message.queue else None
         if queue is not None and not queue.may_start(message.message_id):
             queue.parked.add(message.message_id)
+            return False
+        if len(self.in_flight) >= self.global_parallelism:
+            self._global_waiting[message.message_id] = None
             return False
         fc = message.flow_control
         if fc is None or not fc.key:
             return True
         flow = self.flow_key(fc.key)
-        flow.follow(fc)
         if flow.admits(self.clock.now_ms):
             return True
         flow.waiting[message.message_id] = None
@@ -400,8 +502,9 @@ class Store:
         """When a pending clock event will do something, read without changing anything; None
         when it is stale or held: a firing of a schedule paused, replaced or deleted since, a
         delivery of a message cancelled or moved on, or of one that waits in a paused queue
-        (or behind its queue's earlier messages) or for a paused flow-control key. A message
-        over its key's rate is due when the key's period ends."""
+        (or behind its queue's earlier messages) or for a paused (or fully busy) flow-control
+        key. A message over its key's rate is due when the key's period ends; an attempt in
+        flight is due to end at its end."""
         if event.kind == "cron":
             schedule = self.schedules.get(event.target)
             if schedule is None or schedule.paused or schedule.generation != event.generation:
@@ -412,17 +515,21 @@ class Store:
             if flow is None or flow.paused or not flow.waiting or flow.wake_ms != event.due_ms:
                 return None
             return event.due_ms
+        if event.kind == "end":
+            return event.due_ms if self.attempt_due(event.target, event.generation) else None
         message = self.live_message(event.target, event.generation)
         if message is None:
             return None
         queue = self.queues.get(message.queue) if message.queue else None
         if queue is not None and not queue.may_start(message.message_id):
             return None  # released (with a new event) when its queue lets it start
+        if len(self.in_flight) >= self.global_parallelism:
+            return None  # released when an attempt ends
         fc = message.flow_control
         flow = self.flow_keys.get(fc.key) if fc is not None and fc.key else None
-        if fc is None or flow is None:
+        if flow is None:
             return event.due_ms
-        return flow.next_start_ms(fc, event.due_ms)
+        return flow.next_start_ms(event.due_ms)
 
     def flow_key(self, key: str) -> FlowKey:
         flow = self.flow_keys.get(key)
@@ -431,24 +538,27 @@ class Store:
         return flow
 
     def wake_flow(self, key: str) -> None:
-        """A flow-control key's period ended (or it was resumed): release what now fits."""
+        """A flow-control key's period ended (or it was resumed, pinned, reset): release what
+        now fits."""
         flow = self.flow_keys.get(key)
         if flow is None:
             return
         flow.wake_ms = None
-        if flow.paused:
+        self._release(flow)
+
+    def _release(self, flow: FlowKey) -> None:
+        if flow.paused or not flow.waiting:
             return
         now = self.clock.now_ms
-        flow.roll(now)
-        room = len(flow.waiting) if flow.rate is None else max(0, flow.rate - flow.rate_count)
-        # Released messages are counted against the rate when their attempt starts.
-        for message_id in list(islice(flow.waiting, room)):
+        # Released messages are counted (rate, in flight) when their attempt starts.
+        for message_id in list(islice(flow.waiting, flow.room(now))):
             del flow.waiting[message_id]
             self._plan_delivery(self.messages[message_id], now)
         self._plan_wake(flow)
 
     def _plan_wake(self, flow: FlowKey) -> None:
-        if not flow.waiting or flow.paused or flow.wake_ms is not None:
+        # Only a rate waits for the clock; a parallelism slot is freed by an attempt's end.
+        if not flow.waiting or flow.paused or flow.wake_ms is not None or flow.rate is None:
             return
         flow.wake_ms = max(flow.period_end_ms(), self.clock.now_ms)
         self.clock.schedule(flow.wake_ms, "flow", flow.key)
@@ -479,6 +589,9 @@ class Store:
         are still to come (they are published right after this attempt) or to finish."""
         if message.callback_for is not None:
             self._callback_finished(message)
+        fc = message.flow_control
+        if fc is not None and fc.key and fc.key in self.flow_keys:
+            self.flow_keys[fc.key].remove(fc)
         awaits_callbacks = message.state != "CANCELED" and (
             message.callback is not None
             or (message.state == "FAILED" and message.failure_callback is not None)
