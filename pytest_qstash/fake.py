@@ -257,6 +257,18 @@ class FakeQStash:
         ACTIVE, and ``advance()`` can stop inside the interval."""
         self._handler_times.add(url_or_pattern, duration, times)
 
+    def redeliver(self, message_id: str) -> Message:
+        """Deliver a DELIVERED message once more, as QStash's at-least-once delivery
+        sometimes does: the same ``Upstash-Message-Id``, body and headers, a fresh signature.
+        It is due now: the next ``tick()``/``advance()`` delivers it (and its callback, if it
+        has one). Tests an idempotent handler. ``ValueError`` for an unknown id or a message
+        not DELIVERED."""
+        message = self.store.messages.get(message_id)
+        if message is None:
+            raise ValueError(f"cannot redeliver {message_id!r}: no message has this id")
+        self.store.redeliver(message)
+        return message
+
     def handle(self, request: httpx.Request) -> httpx.Response:
         """Answer one QStash API request (what the interception calls)."""
         return api.handle(self.store, request, self._faults)

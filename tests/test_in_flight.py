@@ -326,3 +326,51 @@ def test_a_context_call_outlasting_its_timeout_comes_back_failed(qstash: FakeQSt
     assert call.state == "FAILED"
     status, _ = journal.call_results[run_id]
     assert status != 200  # the partner's late 200 was discarded
+
+
+# -- at-least-once ------------------------------------------------------------------------------
+class IdempotentApp:
+    """Charges once per Upstash-Message-Id, as an idempotent handler should."""
+
+    def __init__(self) -> None:
+        self.charged: list[str] = []
+        self.seen: set[str] = set()
+        self.signatures: list[str] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.signatures.append(request.headers["upstash-signature"])
+        message_id = request.headers["upstash-message-id"]
+        if message_id not in self.seen:
+            self.seen.add(message_id)
+            self.charged.append(request.content.decode())
+        return httpx.Response(200)
+
+
+@at_start
+def test_redeliver_sends_the_same_message_again_with_a_fresh_signature(
+    qstash: FakeQStash, client: QStash
+) -> None:
+    app = qstash.mount(API, IdempotentApp())
+    message_id = client.message.publish(url=f"{API}/charge", body="order-1").message_id
+    qstash.tick()
+
+    qstash.redeliver(message_id)
+    [again] = qstash.tick()
+
+    assert again.message_id == message_id
+    assert app.charged == ["order-1"]  # the handler's idempotency held
+    assert len(set(app.signatures)) == 2
+    message = qstash.messages.one(message_id=message_id)
+    assert message.state == "DELIVERED"
+    assert [d.headers["upstash-retried"] for d in message.deliveries] == ["0", "0"]
+    states = [e.state for e in qstash.events.filter(message_id=message_id)]
+    assert states == ["CREATED", "ACTIVE", "DELIVERED", "ACTIVE", "DELIVERED"]
+
+
+@at_start
+def test_redeliver_refuses_what_was_not_delivered(qstash: FakeQStash, client: QStash) -> None:
+    message_id = client.message.publish(url=f"{API}/x", body="x", delay="1h").message_id
+    with pytest.raises(ValueError, match="it is CREATED; only a DELIVERED message"):
+        qstash.redeliver(message_id)
+    with pytest.raises(ValueError, match="no message has this id"):
+        qstash.redeliver("msg_nope")

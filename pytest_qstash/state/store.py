@@ -107,6 +107,8 @@ class Store:
         #: The longest an attempt may take (the plan's maximum HTTP response duration).
         self.max_response_ms = self.plan.max_response_ms
         self._attempt_seq = 0
+        #: Messages the API published on one UTC day: (the day's start, how many).
+        self._published_day = (0, 0)
 
     # -- creation ---------------------------------------------------------------------------
     def create_message(
@@ -346,9 +348,10 @@ class Store:
                 flow.active = max(0, flow.active - 1)
                 self._release(flow)
         if self._global_waiting:
-            message_id = next(iter(self._global_waiting))
-            del self._global_waiting[message_id]
-            self._plan_delivery(self.messages[message_id], self.clock.now_ms)
+            room = self.global_parallelism - len(self.in_flight)
+            for message_id in list(islice(self._global_waiting, max(0, room))):
+                del self._global_waiting[message_id]
+                self._plan_delivery(self.messages[message_id], self.clock.now_ms)
 
     def requeue(self, attempt: Attempt) -> None:
         """Put back an attempt that could not be made (nothing to deliver it to, or cut
@@ -418,6 +421,32 @@ class Store:
             self.end_attempt(attempt)
         self._finished(message)
         return True
+
+    def published_on(self, day_start_ms: int) -> int:
+        day, count = self._published_day
+        return count if day == day_start_ms else 0
+
+    def count_published(self, day_start_ms: int, count: int) -> None:
+        self._published_day = (day_start_ms, self.published_on(day_start_ms) + count)
+
+    def redeliver(self, message: Message) -> None:
+        """Deliver a DELIVERED message again, as QStash's at-least-once delivery may: same
+        id, body and headers, the same ``Upstash-Retried``, a fresh signature. It is pending
+        again (CREATED) and due now; the log shows a second ACTIVE and DELIVERED."""
+        if message.state != "DELIVERED":
+            raise ValueError(
+                f"cannot redeliver {message.message_id}: it is {message.state}; only a "
+                "DELIVERED message is delivered again (a pending one will be delivered anyway)"
+            )
+        message.state = "CREATED"
+        message.cascade_depth, message.from_schedule = 0, False
+        if message.queue is not None:
+            self.queue(message.queue).members[message.message_id] = None
+        fc = message.flow_control
+        if fc is not None and fc.key:
+            self.flow_key(fc.key).add(fc)
+        message.not_before_ms = self.clock.now_ms
+        self._plan_delivery(message, self.clock.now_ms)
 
     def run_now(self, message: Message) -> None:
         """Make a waiting message due now (QStash's "run now" / "retry now")."""
