@@ -1,9 +1,11 @@
 """Turns due events into signed HTTP deliveries and feeds their outcomes back into the store.
 
-One step is split in two, ``next_job`` (pop what is due, mark it ACTIVE, build the signed
-request) and ``finish`` (record the outcome, schedule a retry or fail, publish callbacks), so
-the sync and async loops share everything but the line that sends. An attempt whose handler
-takes virtual time is called at its start and finished by its end event, later on the clock.
+The store decides what is due and what happens to it (``Store.pop_work``, ``start_attempt``,
+``answered``, ``end_attempt``: cron firings, flow-control wakes, retries, the DLQ, callbacks);
+the dispatcher signs, sends, and reports what the app answered. One step is split in two,
+``next_job`` (the next attempt to make, its signed request built, or to end) and ``answered`` /
+``finish``, so the sync and async loops share everything but the line that sends. An attempt
+whose handler takes virtual time is called at its start and finished by its end event, later.
 
 Functions on the delivery path set ``__tracebackhide__``: pytest then shows a failed
 delivery from the test's call straight to the app's frame (or our error).
@@ -11,20 +13,16 @@ delivery from the test's call straight to the app's frame (or our error).
 
 from __future__ import annotations
 
-import base64
-import json
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 
 from ..errors import DeliveryLoopError, ReentrantCallError, UnroutedDeliveryError
 from ..state.attempts import Attempt
-from ..state.models import Delivery, DlqEntry, Message, ms_to_datetime
-from ..state.options import derived_options, header_lists, parse_options
+from ..state.models import Delivery, Message, ms_to_datetime
 from ..state.store import AttemptResult, Store
 from .handler_time import HandlerTimes
 from .mounts import MountTable
@@ -109,7 +107,7 @@ class Dispatcher:
                 if (delivery := self.answered(job, outcome)) is not None:
                     made.append(delivery)
         finally:
-            self.store.delivering = None
+            self.store.delivering = None  # a send cut short by an exception
             self._running = False
         self.settle(until_ms)
         return made
@@ -162,34 +160,20 @@ class Dispatcher:
         return self.store.deliveries
 
     def next_job(self, until_ms: int, made: int) -> Job | None:
+        """The next attempt to make (signed request built) or to end, moving the clock to it;
+        the store decides what is due and what may start."""
         __tracebackhide__ = True
-        while (event := self.clock.pop_due(until_ms)) is not None:
-            kind = event.kind
-            if kind == "end":
-                attempt = self.store.attempt_due(event.target, event.generation)
-                if attempt is None:
-                    continue  # cut short since (cancelled in flight)
-                self._on_time(self.clock.now_ms)
-                return Job(attempt, None)
-            if kind == "cron":
-                self.store.fire_schedule(event.target, event.generation)
-                continue
-            if kind == "flow":
-                self.store.wake_flow(event.target)
-                continue
-            message = self.store.live_message(event.target, event.generation)
-            if message is None:
-                continue  # stale: cancelled, or rescheduled since
-            if not self.store.may_start(message):
-                continue  # held by its queue, its flow-control key or global parallelism
-            self._on_time(self.clock.now_ms)
-            attempt = self.store.start_attempt(message)
-            self._guard(attempt, made)
-            self.store.delivering = message
-            request = self._request(message)
-            attempt.headers, attempt.content = request.headers, request.content
-            return Job(attempt, request)
-        return None
+        work = self.store.pop_work(until_ms)
+        if work is None:
+            return None
+        self._on_time(self.clock.now_ms)
+        if isinstance(work, Attempt):
+            return Job(work, None)
+        attempt = self.store.start_attempt(work)
+        self._guard(attempt, made)
+        request = self._request(work)
+        attempt.headers, attempt.content = request.headers, request.content
+        return Job(attempt, request)
 
     def answered(self, job: Job, outcome: Outcome) -> Delivery | None:
         """The app answered: finish the attempt now, or leave it in flight until its end."""
@@ -199,22 +183,13 @@ class Dispatcher:
         )
         if self.store.answered(job.attempt, result, job.duration_ms):
             return self.finish(job.attempt)
-        self.store.delivering = None
         return None
 
     def finish(self, attempt: Attempt) -> Delivery:
+        """End an attempt (the store records it, retries or fails it, publishes callbacks);
+        re-raise the app's exception, if it raised one."""
         __tracebackhide__ = True
-        message = attempt.message
-        delivery, dlq_entry = self.store.end_attempt(attempt)
-        # No callbacks for a message cancelled while this attempt was in flight.
-        if message.callback and message.state != "CANCELED":
-            self._callback(message, delivery, message.callback, "upstash-callback-")
-        if dlq_entry is not None and message.failure_callback:
-            self._callback(
-                message, delivery, message.failure_callback, "upstash-failure-callback-", dlq_entry
-            )
-        # What is published from here on (a cron firing, the test) is no part of its cascade.
-        self.store.delivering = None
+        delivery, _ = self.store.end_attempt(attempt)
         if delivery.exception is not None and self.settings.raise_app_exceptions:
             raise delivery.exception
         return delivery
@@ -322,54 +297,3 @@ class Dispatcher:
             "Nothing is lost: the messages are kept. If this is intended, raise the limit: "
             f"@pytest.mark.qstash({option}=...) or FakeQStash({option}=...)."
         )
-
-    def _callback(
-        self,
-        source: Message,
-        delivery: Delivery,
-        url: str,
-        prefix: str,
-        dlq_entry: DlqEntry | None = None,
-    ) -> None:
-        payload: dict[str, Any] = {
-            "status": delivery.status if delivery.status is not None else 0,
-            "header": header_lists(delivery.response_headers),
-            "body": base64.b64encode(delivery.response_content).decode(),
-            "retried": delivery.retried,
-            "maxRetries": source.max_retries,
-            "sourceMessageId": source.message_id,
-            "url": source.url,
-            "method": source.method,
-            "sourceHeader": header_lists(source.headers),
-            "sourceBody": base64.b64encode(source.content).decode(),
-            "notBefore": source.not_before_ms,
-            "createdAt": source.created_ms,
-            "callerIP": source.caller_ip,
-        }
-        for key, value in (
-            ("topicName", source.url_group),
-            ("endpointName", source.endpoint_name),
-            ("scheduleId", source.schedule_id),
-        ):
-            if value:
-                payload[key] = value
-        if dlq_entry is not None:
-            payload["dlqId"] = dlq_entry.dlq_id
-            if source.workflow_run_id is not None:
-                # A workflow's failure callback names the run; sourceBody is its initial payload.
-                payload.update(self.store.workflows.failure_fields(source))
-        if delivery.error and delivery.status is None:
-            payload["error"] = delivery.error
-        headers = derived_options(
-            source.failure_callback_headers if dlq_entry else source.callback_headers, prefix
-        )
-        opts = parse_options(headers)
-        opts.headers["Content-Type"] = opts.headers.get("Content-Type", "application/json")
-        callback = self.store.create_message(
-            url,
-            json.dumps(payload, separators=(",", ":")).encode(),
-            opts,
-            callback_for=source.message_id,
-            max_retries=source.max_retries,
-        )
-        callback.is_failure_callback = dlq_entry is not None

@@ -22,6 +22,7 @@ from .attempts import (
     is_non_retryable,
     timeout_error,
 )
+from .callbacks import callback_options, callback_payload
 from .clock import DueEvent, VirtualClock
 from .flow_control import FlowKey
 from .ids import IdGenerator
@@ -262,8 +263,31 @@ class Store:
             return None
         return message
 
+    def pop_work(self, until_ms: int) -> Message | Attempt | None:
+        """Move the clock to what is due next, up to ``until_ms``: a message whose attempt may
+        start now, or an attempt in flight that ends now. Cron firings and flow-control wakes
+        are handled on the way; stale events (a message cancelled or moved on, an attempt cut
+        short) and messages their queue, key or the global parallelism hold are skipped."""
+        while (event := self.clock.pop_due(until_ms)) is not None:
+            kind = event.kind
+            if kind == "end":
+                attempt = self.attempt_due(event.target, event.generation)
+                if attempt is not None:
+                    return attempt
+            elif kind == "cron":
+                self.fire_schedule(event.target, event.generation)
+            elif kind == "flow":
+                self.wake_flow(event.target)
+            else:
+                message = self.live_message(event.target, event.generation)
+                if message is not None and self.may_start(message):
+                    return message
+        return None
+
     def start_attempt(self, message: Message) -> Attempt:
-        """An attempt starts now: the message is ACTIVE until the attempt ends."""
+        """An attempt starts now: the message is ACTIVE until the attempt ends. Until the app
+        has answered, what is published belongs to this message's cascade."""
+        self.delivering = message
         previous = message.state
         message.state = "ACTIVE"
         self._log(message, "ACTIVE")
@@ -284,6 +308,7 @@ class Store:
         ends now; otherwise it stays in flight until ``duration_ms`` after its start, or until
         its timeout cuts it (the answer is then discarded), and an end event is planned."""
         message = attempt.message
+        self.delivering = None
         if message.state == "CANCELED" or duration_ms <= 0:
             attempt.result, attempt.ends_ms = result, attempt.started_ms
             return True  # cancelled while being called: its answer is what it answered
@@ -337,7 +362,33 @@ class Store:
         message.deliveries.append(delivery)
         self.deliveries.append(delivery)
         self._release_slots(attempt)
-        return delivery, self.finish_attempt(message, result)
+        dlq_entry = self.finish_attempt(message, result)
+        # No callbacks for a message cancelled while this attempt was in flight.
+        if message.callback and message.state != "CANCELED":
+            self._publish_callback(message, delivery, message.callback)
+        if dlq_entry is not None and message.failure_callback:
+            self._publish_callback(message, delivery, message.failure_callback, dlq_entry)
+        return delivery, dlq_entry
+
+    def _publish_callback(
+        self,
+        source: Message,
+        delivery: Delivery,
+        url: str,
+        dlq_entry: DlqEntry | None = None,
+    ) -> None:
+        parent, self.delivering = self.delivering, source  # a callback continues the cascade
+        try:
+            callback = self.create_message(
+                url,
+                callback_payload(source, delivery, self.workflows, dlq_entry),
+                callback_options(source, failure=dlq_entry is not None),
+                callback_for=source.message_id,
+                max_retries=source.max_retries,
+            )
+        finally:
+            self.delivering = parent
+        callback.is_failure_callback = dlq_entry is not None
 
     def _release_slots(self, attempt: Attempt) -> None:
         """The attempt is no longer in flight: what waited for its slot may start."""
@@ -357,6 +408,7 @@ class Store:
         """Put back an attempt that could not be made (nothing to deliver it to, or cut
         short); the log forgets the ACTIVE it was started with, as no attempt happened."""
         message = attempt.message
+        self.delivering = None
         message.state = attempt.previous_state
         for position in range(len(self.events) - 1, -1, -1):
             event = self.events[position]
