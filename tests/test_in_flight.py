@@ -280,6 +280,26 @@ def test_qstash_py_flow_control_lifecycle(qstash: FakeQStash, client: QStash) ->
     assert (fc.key, fc.parallelism_count, fc.rate_count) == (KEY, 0, 0)
 
 
+@pytest.mark.asyncio
+@at_start
+async def test_qstash_py_flow_control_lifecycle_async(
+    qstash: FakeQStash, aclient: AsyncQStash
+) -> None:
+    qstash.mount("https://httpstat.us", Recorder(qstash), duration="30s")
+    result = await aclient.message.publish_json(
+        body={"test": "value"},
+        url="https://httpstat.us/200?sleep=30000",
+        flow_control={"key": KEY, "parallelism": 5, "rate": 10, "period": "1m"},
+    )
+    await qstash.aadvance("1s")
+    single = await aclient.flow_control.get(KEY)
+    assert (single.key, single.parallelism_max, single.parallelism_count) == (KEY, 5, 1)
+    await aclient.message.cancel(result.message_id)
+    await aclient.flow_control.reset_rate(KEY)
+    fc = await aclient.flow_control.get(KEY)
+    assert (fc.parallelism_count, fc.rate_count) == (0, 0)
+
+
 def test_flow_control_key_answers_right_after_the_publish(
     qstash: FakeQStash, client: QStash
 ) -> None:

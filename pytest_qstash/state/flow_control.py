@@ -15,6 +15,7 @@ that names it, and stays (with the limits it last applied) for the fake's lifeti
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import islice
 
 from .models import FlowControl
 
@@ -123,3 +124,63 @@ class FlowKey:
         if self.rate is None or now_ms >= period_end or self.rate_count < self.rate:
             return now_ms
         return period_end
+
+
+class FlowKeys(dict[str, FlowKey]):
+    """The account's flow-control keys by name, and what happens to them as messages come,
+    start, end and go. Planning on the clock stays with the store (it owns the generations);
+    this decides who waits, who is released, and when a key wants to wake."""
+
+    def key(self, name: str, now_ms: int) -> FlowKey:
+        """The key called ``name``, created (its period starting now) if it does not exist."""
+        flow = self.get(name)
+        if flow is None:
+            flow = self[name] = FlowKey(name, period_start_ms=now_ms)
+        return flow
+
+    def named(self, config: FlowControl | None, now_ms: int) -> None:
+        """A message naming a key was created (or is pending again): its limits count."""
+        if config is not None and config.key:
+            self.key(config.key, now_ms).add(config)
+
+    def finished(self, message_id: str, config: FlowControl | None) -> None:
+        """A message naming a key reached its final state: its limits stop counting, and it
+        waits no more."""
+        flow = self.get(config.key) if config is not None and config.key else None
+        if flow is not None and config is not None:
+            flow.waiting.pop(message_id, None)
+            flow.remove(config)
+
+    def admit(self, message_id: str, config: FlowControl, now_ms: int) -> FlowKey | None:
+        """Count an attempt of the message against its key and return None if it may start
+        now; otherwise put it on the key's wait list and return the key."""
+        flow = self.key(config.key, now_ms)
+        if flow.admits(now_ms):
+            return None
+        flow.waiting[message_id] = None
+        return flow
+
+    def attempt_ended(self, name: str) -> FlowKey | None:
+        """An attempt counted against ``name`` ended (or never started): its slot is free."""
+        flow = self.get(name)
+        if flow is not None:
+            flow.active = max(0, flow.active - 1)
+        return flow
+
+    def release(self, flow: FlowKey, now_ms: int) -> list[str]:
+        """Take off the wait list the messages that may start now, in arrival order (they
+        are counted when their attempt starts)."""
+        if flow.paused or not flow.waiting:
+            return []
+        released = list(islice(flow.waiting, flow.room(now_ms)))
+        for message_id in released:
+            del flow.waiting[message_id]
+        return released
+
+    def plan_wake(self, flow: FlowKey, now_ms: int) -> int | None:
+        """When the key wants to wake to release more, if it needs a wake-up event now: only a
+        rate waits for the clock (a parallelism slot is freed by an attempt's end)."""
+        if not flow.waiting or flow.paused or flow.wake_ms is not None or flow.rate is None:
+            return None
+        flow.wake_ms = max(flow.period_end_ms(), now_ms)
+        return flow.wake_ms

@@ -24,7 +24,7 @@ from .attempts import (
 )
 from .callbacks import callback_options, callback_payload
 from .clock import DueEvent, VirtualClock
-from .flow_control import FlowKey
+from .flow_control import FlowKey, FlowKeys
 from .ids import IdGenerator
 from .models import Delivery, DlqEntry, Event, Message, MessageState
 from .options import MessageOptions, parse_options
@@ -81,7 +81,7 @@ class Store:
         self.url_groups: dict[str, UrlGroup] = {}
         self.schedules: dict[str, Schedule] = {}
         self.queues: dict[str, Queue] = {}
-        self.flow_keys: dict[str, FlowKey] = {}
+        self.flow_keys = FlowKeys()
         self._dedup: dict[str, tuple[str, int]] = {}
         #: Deduplication of schedule creations: key -> (schedule id, expiry).
         self._schedule_dedup: dict[str, tuple[str, int]] = {}
@@ -168,9 +168,8 @@ class Store:
             self._callbacks_pending.setdefault(callback_for, set()).add(message.message_id)
         if queue is not None:
             self.queue(queue).members[message.message_id] = None
-        if opts.flow_control is not None and opts.flow_control.key:
-            # The key exists (and takes this message's limits) from the publish naming it.
-            self.flow_key(opts.flow_control.key).add(opts.flow_control)
+        # A key exists (and takes this message's limits) from the publish naming it.
+        self.flow_keys.named(opts.flow_control, now)
         self._log(message, "CREATED", next_delivery_ms=not_before if not_before > now else None)
         self._plan_delivery(message, not_before)
         # Upstash Workflow: the one place a message joins its run (or starts one).
@@ -394,9 +393,8 @@ class Store:
         """The attempt is no longer in flight: what waited for its slot may start."""
         self.in_flight.pop(attempt.message.message_id, None)
         if attempt.flow_key is not None:
-            flow = self.flow_keys.get(attempt.flow_key)
+            flow = self.flow_keys.attempt_ended(attempt.flow_key)
             if flow is not None:
-                flow.active = max(0, flow.active - 1)
                 self._release(flow)
         if self._global_waiting:
             room = self.global_parallelism - len(self.in_flight)
@@ -463,8 +461,6 @@ class Store:
         message.state = "CANCELED"
         self._log(message, "CANCELED")
         self._global_waiting.pop(message.message_id, None)
-        if message.flow_control and message.flow_control.key in self.flow_keys:
-            self.flow_keys[message.flow_control.key].waiting.pop(message.message_id, None)
         attempt = self.in_flight.get(message.message_id)
         if attempt is not None and attempt.ends_ms is not None:
             # In flight past its call: cut now, its answer discarded, its slots freed. (One
@@ -494,9 +490,7 @@ class Store:
         message.cascade_depth, message.from_schedule = 0, False
         if message.queue is not None:
             self.queue(message.queue).members[message.message_id] = None
-        fc = message.flow_control
-        if fc is not None and fc.key:
-            self.flow_key(fc.key).add(fc)
+        self.flow_keys.named(message.flow_control, self.clock.now_ms)
         message.not_before_ms = self.clock.now_ms
         self._plan_delivery(message, self.clock.now_ms)
 
@@ -572,11 +566,10 @@ class Store:
         fc = message.flow_control
         if fc is None or not fc.key:
             return True
-        flow = self.flow_key(fc.key)
-        if flow.admits(self.clock.now_ms):
+        held_by = self.flow_keys.admit(message.message_id, fc, self.clock.now_ms)
+        if held_by is None:
             return True
-        flow.waiting[message.message_id] = None
-        self._plan_wake(flow)
+        self._plan_wake(held_by)
         return False
 
     def live_due_ms(self, event: DueEvent) -> int | None:
@@ -613,10 +606,7 @@ class Store:
         return flow.next_start_ms(event.due_ms)
 
     def flow_key(self, key: str) -> FlowKey:
-        flow = self.flow_keys.get(key)
-        if flow is None:
-            flow = self.flow_keys[key] = FlowKey(key, period_start_ms=self.clock.now_ms)
-        return flow
+        return self.flow_keys.key(key, self.clock.now_ms)
 
     def wake_flow(self, key: str) -> None:
         """A flow-control key's period ended (or it was resumed, pinned, reset): release what
@@ -628,21 +618,15 @@ class Store:
         self._release(flow)
 
     def _release(self, flow: FlowKey) -> None:
-        if flow.paused or not flow.waiting:
-            return
         now = self.clock.now_ms
-        # Released messages are counted (rate, in flight) when their attempt starts.
-        for message_id in list(islice(flow.waiting, flow.room(now))):
-            del flow.waiting[message_id]
+        for message_id in self.flow_keys.release(flow, now):
             self._plan_delivery(self.messages[message_id], now)
         self._plan_wake(flow)
 
     def _plan_wake(self, flow: FlowKey) -> None:
-        # Only a rate waits for the clock; a parallelism slot is freed by an attempt's end.
-        if not flow.waiting or flow.paused or flow.wake_ms is not None or flow.rate is None:
-            return
-        flow.wake_ms = max(flow.period_end_ms(), self.clock.now_ms)
-        self.clock.schedule(flow.wake_ms, "flow", flow.key)
+        wake_ms = self.flow_keys.plan_wake(flow, self.clock.now_ms)
+        if wake_ms is not None:
+            self.clock.schedule(wake_ms, "flow", flow.key)
 
     def update_queue(
         self, name: str, *, parallelism: int | None = None, paused: bool | None = None
@@ -670,9 +654,7 @@ class Store:
         are still to come (they are published right after this attempt) or to finish."""
         if message.callback_for is not None:
             self._callback_finished(message)
-        fc = message.flow_control
-        if fc is not None and fc.key and fc.key in self.flow_keys:
-            self.flow_keys[fc.key].remove(fc)
+        self.flow_keys.finished(message.message_id, message.flow_control)
         awaits_callbacks = message.state != "CANCELED" and (
             message.callback is not None
             or (message.state == "FAILED" and message.failure_callback is not None)
