@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import islice
 
 import httpx
@@ -38,7 +38,7 @@ from .retry import (
     default_backoff_ms,
     next_retry_delay_ms,
 )
-from .schedules import CronExpression, Schedule
+from .schedules import CronExpression, Schedule, Schedules
 from .url_groups import UrlGroup
 from .workflows import WorkflowRuns
 
@@ -79,12 +79,10 @@ class Store:
         self.events: list[Event] = []
         self.dlq: dict[str, DlqEntry] = {}
         self.url_groups: dict[str, UrlGroup] = {}
-        self.schedules: dict[str, Schedule] = {}
+        self.schedules = Schedules()
         self.queues: dict[str, Queue] = {}
         self.flow_keys = FlowKeys()
         self._dedup: dict[str, tuple[str, int]] = {}
-        #: Deduplication of schedule creations: key -> (schedule id, expiry).
-        self._schedule_dedup: dict[str, tuple[str, int]] = {}
         self._generation: dict[str, int] = {}
         #: The message whose delivery is running: what it publishes is its cascade.
         self.delivering: Message | None = None
@@ -704,45 +702,19 @@ class Store:
         Returns the schedule and whether the request was deduplicated: a deduplication id (or
         content-based deduplication) applies once, to the creation, as QStash evaluates it
         before creating the schedule; an earlier creation with the same key within the window
-        is answered instead. The firings never carry the deduplication options (each would
-        be deduplicated into the one before), nor ``Upstash-Not-Before``, which QStash does
-        not take on schedules.
+        is answered instead.
         """
+        now = self.clock.now_ms
         key = self._schedule_dedup_key(destination, cron, content, opts, schedule_id)
-        hit = self._schedule_dedup.get(key) if key is not None else None
-        if hit is not None and hit[1] > self.clock.now_ms and hit[0] in self.schedules:
-            return self.schedules[hit[0]], True
-        opts = replace(
-            opts, deduplication_id=None, content_based_deduplication=False, not_before_ms=None
-        )
+        existing = self.schedules.deduplicated(key, now)
+        if existing is not None:
+            return existing, True
         if schedule_id is None:
             schedule_id = "scd_" + self.ids.token(28)
-        now = self.clock.now_ms
-        schedule = self.schedules.get(schedule_id)
-        if schedule is None:
-            schedule = Schedule(
-                schedule_id=schedule_id,
-                destination=destination,
-                expression=cron,
-                content=content,
-                options=opts,
-                created_ms=now,
-                next_ms=cron.next_after_ms(now),
-                queue=opts.queue,
-            )
-            self.schedules[schedule_id] = schedule
-        else:
-            # An overwrite replaces the settings the request carries, on the same object (a
-            # test holding it sees the change); the schedule's own state (created, paused or
-            # not, its last firing) is no setting and stays.
-            schedule.destination, schedule.expression = destination, cron
-            schedule.content, schedule.options, schedule.queue = content, opts, opts.queue
-            schedule.next_ms = cron.next_after_ms(now)
-            schedule.generation += 1  # the firing planned under the old settings goes stale
+        schedule = self.schedules.put(schedule_id, destination, cron, content, opts, now)
         if not schedule.paused:
-            self.clock.schedule(schedule.next_ms, "cron", schedule_id, schedule.generation)
-        if key is not None:
-            self._schedule_dedup[key] = (schedule_id, now + self.dedup_window_ms)
+            self._plan_firing(schedule)
+        self.schedules.remember(key, schedule_id, now + self.dedup_window_ms)
         return schedule, False
 
     def _schedule_dedup_key(
@@ -765,29 +737,19 @@ class Store:
         return self.schedules.pop(schedule_id, None) is not None
 
     def pause_schedule(self, schedule: Schedule) -> None:
-        """Stop the firings. The planned one goes stale (skipped when due) and nothing more is
-        planned, so a paused schedule costs nothing however far the clock moves."""
-        if schedule.paused:
-            return
-        schedule.paused = True
-        schedule.generation += 1
+        self.schedules.pause(schedule)
 
     def resume_schedule(self, schedule: Schedule) -> None:
-        """Fire again from the next cron time after now; the firings skipped are not caught up."""
-        if not schedule.paused:
-            return
-        schedule.paused = False
-        schedule.generation += 1
-        schedule.next_ms = schedule.expression.next_after_ms(self.clock.now_ms)
-        self.clock.schedule(schedule.next_ms, "cron", schedule.schedule_id, schedule.generation)
+        if self.schedules.resume(schedule, self.clock.now_ms):
+            self._plan_firing(schedule)
 
     def fire_schedule(self, schedule_id: str, generation: int) -> list[Message]:
         """A cron firing: publish from the template, then plan the next one."""
-        schedule = self.schedules.get(schedule_id)
-        if schedule is None or schedule.generation != generation or schedule.paused:
+        schedule = self.schedules.due(schedule_id, generation)
+        if schedule is None:
             return []  # deleted, replaced or paused since this firing was planned
-        now = self.clock.now_ms
         created: list[Message] = []
+        error = None
         try:
             published, _ = self.publish(
                 schedule.destination,
@@ -797,14 +759,14 @@ class Store:
                 schedule_id=schedule_id,
             )
             created = [p.message for p in published]
-            schedule.error = None
         except UnknownDestination:
-            schedule.error = f"url group {schedule.destination} does not exist"
-        schedule.last_ms = now
-        schedule.last_message_ids = [m.message_id for m in created]
-        schedule.next_ms = schedule.expression.next_after_ms(now)
-        self.clock.schedule(schedule.next_ms, "cron", schedule_id, generation)
+            error = f"url group {schedule.destination} does not exist"
+        self.schedules.fired(schedule, self.clock.now_ms, [m.message_id for m in created], error)
+        self._plan_firing(schedule)
         return created
+
+    def _plan_firing(self, schedule: Schedule) -> None:
+        self.clock.schedule(schedule.next_ms, "cron", schedule.schedule_id, schedule.generation)
 
     # -- internals --------------------------------------------------------------------------
     def _expression(self, text: str | None) -> RetryDelayExpression | None:
