@@ -29,7 +29,7 @@ from .ids import IdGenerator
 from .models import Delivery, DlqEntry, Event, Message, MessageState
 from .options import MessageOptions, parse_options
 from .plans import DEFAULT_PLAN, PLANS, Plan
-from .queues import Queue
+from .queues import Queue, Queues
 from .rejections import RejectedCalls
 from .retry import (
     DEFAULT_RETRIES,
@@ -80,7 +80,7 @@ class Store:
         self.dlq: dict[str, DlqEntry] = {}
         self.url_groups: dict[str, UrlGroup] = {}
         self.schedules = Schedules()
-        self.queues: dict[str, Queue] = {}
+        self.queues = Queues()
         self.flow_keys = FlowKeys()
         self._dedup: dict[str, tuple[str, int]] = {}
         self._generation: dict[str, int] = {}
@@ -164,8 +164,7 @@ class Store:
         self.messages[message.message_id] = message
         if callback_for is not None:
             self._callbacks_pending.setdefault(callback_for, set()).add(message.message_id)
-        if queue is not None:
-            self.queue(queue).members[message.message_id] = None
+        self.queues.join(queue, message.message_id, now)
         # A key exists (and takes this message's limits) from the publish naming it.
         self.flow_keys.named(opts.flow_control, now)
         self._log(message, "CREATED", next_delivery_ms=not_before if not_before > now else None)
@@ -486,8 +485,7 @@ class Store:
             )
         message.state = "CREATED"
         message.cascade_depth, message.from_schedule = 0, False
-        if message.queue is not None:
-            self.queue(message.queue).members[message.message_id] = None
+        self.queues.join(message.queue, message.message_id, self.clock.now_ms)
         self.flow_keys.named(message.flow_control, self.clock.now_ms)
         message.not_before_ms = self.clock.now_ms
         self._plan_delivery(message, self.clock.now_ms)
@@ -544,19 +542,13 @@ class Store:
     # -- queues -----------------------------------------------------------------------------
     def queue(self, name: str) -> Queue:
         """The queue called ``name``, created (parallelism 1) if it does not exist."""
-        queue = self.queues.get(name)
-        if queue is None:
-            now = self.clock.now_ms
-            queue = self.queues[name] = Queue(name, now, now)
-        return queue
+        return self.queues.queue(name, self.clock.now_ms)
 
     def may_start(self, message: Message) -> bool:
         """Whether a due message may be attempted now. If its queue, the account's global
         parallelism or its flow-control key says no, it waits there and is released when
         they allow it."""
-        queue = self.queues.get(message.queue) if message.queue else None
-        if queue is not None and not queue.may_start(message.message_id):
-            queue.parked.add(message.message_id)
+        if not self.queues.admit(message.queue, message.message_id):
             return False
         if len(self.in_flight) >= self.global_parallelism:
             self._global_waiting[message.message_id] = None
@@ -592,8 +584,7 @@ class Store:
         message = self.live_message(event.target, event.generation)
         if message is None:
             return None
-        queue = self.queues.get(message.queue) if message.queue else None
-        if queue is not None and not queue.may_start(message.message_id):
+        if self.queues.holds(message.queue, message.message_id):
             return None  # released (with a new event) when its queue lets it start
         if len(self.in_flight) >= self.global_parallelism:
             return None  # released when an attempt ends
@@ -635,7 +626,7 @@ class Store:
         if paused is not None:
             queue.paused = paused
         queue.updated_ms = self.clock.now_ms
-        self._pump(queue)
+        self._start_released(self.queues.release(queue))
         return queue
 
     def delete_queue(self, name: str) -> bool:
@@ -676,15 +667,11 @@ class Store:
             self._leave_queue(source)
 
     def _leave_queue(self, message: Message) -> None:
-        queue = self.queues.get(message.queue) if message.queue else None
-        if queue is not None:
-            queue.members.pop(message.message_id, None)
-            queue.parked.discard(message.message_id)
-            self._pump(queue)
+        self._start_released(self.queues.leave(message.queue, message.message_id))
 
-    def _pump(self, queue: Queue) -> None:
-        for message_id in queue.startable_parked():
-            queue.parked.discard(message_id)
+    def _start_released(self, message_ids: list[str]) -> None:
+        """Plan the messages their queue let go, each when it is due."""
+        for message_id in message_ids:
             message = self.messages[message_id]
             self._plan_delivery(message, max(message.not_before_ms, self.clock.now_ms))
 
