@@ -403,7 +403,8 @@ class FakeQStash:
         return await self._dispatcher.arun(self._moment(moment))
 
     def next_due(self) -> datetime | None:
-        """When the next delivery or cron firing is due, or None when nothing is pending.
+        """When the next delivery, end of an attempt in flight, or cron firing is due, or None
+        when nothing is pending.
 
         What cannot happen until the test acts is not due: a paused schedule's firings, and
         the messages held by a paused queue or a paused flow-control key."""

@@ -93,6 +93,39 @@ def test_handler_takes_applies_to_the_next_attempts_and_wins_over_the_mount(
     assert took == [("other", 5), ("report", 5), ("report", 3600)]
 
 
+@at_start
+def test_what_the_handler_publishes_exists_at_its_start_and_its_crash_counts_at_its_end(
+    qstash: FakeQStash, client: QStash
+) -> None:
+    def app(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/first":
+            client.message.publish(url=f"{API}/follow-up", body="next")
+            raise RuntimeError("boom")
+        return httpx.Response(200)
+
+    qstash.mount(API, app)
+    qstash.handler_takes(f"{API}/first", "1m")
+    client.message.publish(url=f"{API}/first", body="x", retries=0)
+
+    qstash.tick()  # the follow-up is published (and delivered) now; the crash is not out yet
+    assert [(m.url, m.state) for m in qstash.messages] == [
+        (f"{API}/first", "ACTIVE"),
+        (f"{API}/follow-up", "DELIVERED"),
+    ]
+    with pytest.raises(RuntimeError, match="boom"):
+        qstash.advance("1m")
+    [crashed] = qstash.messages.one(url=f"{API}/first").deliveries
+    assert (crashed.status, crashed.ended_at) == (500, seconds(60))
+
+
+def test_remounting_without_a_duration_forgets_it(qstash: FakeQStash, client: QStash) -> None:
+    qstash.mount(API, Recorder(qstash), duration="1h")
+    qstash.mount(API, Recorder(qstash))
+    client.message.publish(url=f"{API}/x", body="x")
+    [delivery] = qstash.tick()
+    assert delivery.duration == timedelta(0)
+
+
 def test_bad_durations_are_refused_and_mount_nothing(qstash: FakeQStash) -> None:
     with pytest.raises(ValueError, match="invalid duration 'soon'"):
         qstash.mount(API, Recorder(qstash), duration="soon")
