@@ -308,9 +308,7 @@ class Store:
         if message.state == "CANCELED" or duration_ms <= 0:
             attempt.result, attempt.ends_ms = result, attempt.started_ms
             return True  # cancelled while being called: its answer is what it answered
-        limit = self.max_response_ms
-        if message.timeout_ms is not None:
-            limit = min(limit, message.timeout_ms)  # a timeout only shortens the plan's
+        limit = self.deadline_ms(message)
         if duration_ms > limit:
             result = AttemptResult(
                 None,
@@ -326,6 +324,13 @@ class Store:
             return True
         self.clock.schedule(attempt.ends_ms, "end", message.message_id, attempt.generation)
         return False
+
+    def deadline_ms(self, message: Message) -> int:
+        """The longest an attempt of ``message`` may take: its ``Upstash-Timeout``, capped by
+        the plan's maximum response duration (a timeout only shortens the plan's)."""
+        if message.timeout_ms is None:
+            return self.max_response_ms
+        return min(self.max_response_ms, message.timeout_ms)
 
     def attempt_due(self, message_id: str, generation: int) -> Attempt | None:
         """The attempt an end event is for, unless it ended already (cut by a cancel)."""
