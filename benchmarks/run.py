@@ -281,6 +281,15 @@ def _floor(n: int, portal_hop: bool) -> float:
 
 
 # -- 2. fixture cost -------------------------------------------------------------------------
+def default_app_clock() -> str:
+    """The backend ``"auto"`` picks (it decides as it starts)."""
+    probe = make_app_clock("auto")
+    probe.start(0)
+    name: str = getattr(probe, "backend", probe.name)
+    probe.stop()
+    return name
+
+
 def fixture_cost_in_process(report: Report, n: int, rounds: int) -> None:
     def empty() -> None:
         pass
@@ -302,7 +311,7 @@ def fixture_cost_in_process(report: Report, n: int, rounds: int) -> None:
 
         return run
 
-    default_library = make_app_clock("auto").name
+    default_library = default_app_clock()
     result = interleaved(
         {"bare": bare, "auto": fixture("auto"), "freezegun": fixture("freezegun")}, rounds
     )
@@ -318,6 +327,54 @@ def fixture_cost_in_process(report: Report, n: int, rounds: int) -> None:
             "+<= 3 ms" if is_default else "info",
             extra <= 0.003 if is_default else None,
         )
+
+
+def lifespan_cost(report: Report, n: int, rounds: int) -> None:
+    """What ``mount(..., lifespan=True)`` adds to a test: the fake started, a trivial
+    Starlette app mounted with its lifespan (startup at mount), the fake stopped (shutdown),
+    against the same with the app mounted without one. Wall time, and CPU time (the process's,
+    all threads), which a loaded machine does not inflate."""
+    from contextlib import asynccontextmanager
+
+    from starlette.applications import Starlette
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> Any:
+        yield
+
+    app = Starlette(lifespan=lifespan)
+
+    def cycle(with_lifespan: bool, clock: Callable[[], float]) -> Callable[[], float]:
+        def run() -> float:
+            began = clock()
+            for _ in range(n):
+                fake = FakeQStash(**FIXTURE_DEFAULTS)
+                fake.__enter__()
+                fake.mount("https://life.example.com", app, lifespan=with_lifespan)
+                fake.__exit__(None, None, None)
+            return (clock() - began) / n
+
+        return run
+
+    result = interleaved(
+        {
+            "plain": cycle(False, time.perf_counter),
+            "lifespan": cycle(True, time.perf_counter),
+            "plain cpu": cycle(False, time.process_time),
+            "lifespan cpu": cycle(True, time.process_time),
+        },
+        rounds,
+    )
+    extra = result.median("lifespan") - result.median("plain")
+    extra_cpu = result.median("lifespan cpu") - result.median("plain cpu")
+    report.check(
+        f"2. mount(lifespan=True), per test ({rounds} x {n})",
+        f"{ms(result.median('lifespan'))} (+{ms(extra)}; CPU +{ms(extra_cpu)})",
+        ms(result.median("plain")) + " without",
+        None,
+        "info",
+        None,
+    )
 
 
 _CONFTEST = """
@@ -904,7 +961,7 @@ def machine() -> str:
     load = f", load {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
     return (
         f"Python {platform.python_version()} on {platform.system()} {platform.machine()}, "
-        f"{os.cpu_count()} CPUs ({cpu}){load}; app clock: {make_app_clock('auto').name}"
+        f"{os.cpu_count()} CPUs ({cpu}){load}; app clock: {default_app_clock()}"
     )
 
 
@@ -957,6 +1014,7 @@ def main() -> int:
         ("1", "<= 1.5x", lambda: publish_and_deliver(report, *size.deliver)),
         ("2", "+<= 3 ms", lambda: fixture_cost_in_process(report, *size.fixture)),
         ("2", "+<= 3 ms", lambda: fixture_cost_through_pytest(report, size.pytest_tests, "auto")),
+        ("2", "info", lambda: lifespan_cost(report, *size.fixture)),
     ]
     if size.pytest_freezegun:
         tests = size.pytest_tests

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from .api.faults import Fault
+from .appclock import AppClockWarning
 from .durations import parse_duration_ms
 from .errors import (
     AsyncContextError,
     DeliveryLoopError,
+    DeliveryTimeoutError,
     LifespanError,
     QStashFakeError,
     ReentrantCallError,
@@ -22,9 +24,11 @@ from .state.url_groups import Endpoint, UrlGroup
 from .state.workflows import WorkflowRun, WorkflowStep
 
 __all__ = [
+    "AppClockWarning",
     "AsyncContextError",
     "Delivery",
     "DeliveryLoopError",
+    "DeliveryTimeoutError",
     "DlqEntry",
     "Endpoint",
     "Event",

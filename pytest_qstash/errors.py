@@ -29,6 +29,44 @@ class UnroutedDeliveryError(QStashFakeError):
         )
 
 
+class DeliveryTimeoutError(QStashFakeError, TimeoutError):
+    """A delivery did not finish within ``delivery_timeout`` of real time, or its event loop
+    sat idle with the delivery still waiting (nothing could ever finish it).
+
+    The attempt did not happen: the message stays due. ``stalled`` is True when the fake saw
+    the idle loop before the timeout ran out.
+    """
+
+    def __init__(
+        self, url: str, message_id: str, timeout_s: float, *, stalled: bool, detail: str = ""
+    ) -> None:
+        self.url = url
+        self.message_id = message_id
+        self.timeout_s = timeout_s
+        self.stalled = stalled
+        if stalled:
+            what = (
+                "is stuck: its event loop sat idle (no task ready, no timer, no I/O, no "
+                "worker thread) while the app still waited"
+            )
+        else:
+            what = f"did not finish within {timeout_s:g} s of real time (delivery_timeout)"
+        super().__init__(
+            f"the delivery of {message_id} to {url} {what}{detail}. Likely cause: the app "
+            "awaits something bound to another event loop (a queue, worker task or "
+            "connection pool its lifespan created under `with TestClient(app)`, while a "
+            "mounted app is called on the fake's own loop): mount the test client instead, "
+            "qstash.mount(url, client), so deliveries run where the lifespan runs. The "
+            f"message is kept, due again.{'' if stalled else _LONGER}"
+        )
+
+
+_LONGER = (
+    " For work that really takes longer, raise delivery_timeout "
+    "(@pytest.mark.qstash(delivery_timeout=...))."
+)
+
+
 class DeliveryLoopError(QStashFakeError):
     """A cascade of deliveries did not settle (e.g. a handler republishing itself at once)."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import sys
 import time
 from datetime import datetime, timezone
 from types import TracebackType
@@ -18,7 +19,7 @@ from .appclock import AppClock, NoAppClock, make_app_clock
 from .delivery.dispatcher import Dispatcher, DispatchSettings
 from .delivery.handler_time import HandlerDuration, HandlerTimes
 from .delivery.mounts import MountTable
-from .delivery.transports import Sender
+from .delivery.transports import DEFAULT_DELIVERY_TIMEOUT_S, Sender
 from .durations import Duration, parse_duration_ms
 from .errors import AsyncContextError, DeliveryLoopError
 from .intercept import DEFAULT_HOSTS, QStashRouter
@@ -49,14 +50,17 @@ class FakeQStash:
 
     - ``start``: where the virtual clock starts (datetime, ISO string, unix seconds); now.
     - ``freeze_time``: keep the app's wall clock on ``qstash.now`` (default True);
-      ``time_library``: ``"auto"`` (time-machine if installed), ``"time-machine"``,
-      ``"freezegun"`` or ``"none"``.
+      ``time_library``: ``"auto"`` (time-machine; freezegun when a freezegun freezer of the
+      test's own is active as the fake starts), ``"time-machine"``, ``"freezegun"`` or
+      ``"none"``.
     - ``raise_app_exceptions``: re-raise an exception out of the app from ``tick()``
       (default True; the attempt is a failed 500 either way).
     - ``strict``: a delivery nothing answers raises ``UnroutedDeliveryError`` (default True);
       otherwise it is a failed attempt.
     - ``seed``: seed of the generated ids; ``default_retries`` (3); ``dedup_window`` (10 min).
     - ``max_deliveries_per_instant`` / ``max_deliveries_per_call``: the loop guard's limits.
+    - ``delivery_timeout``: how long one delivery may take, in real time (default 30 s),
+      before ``DeliveryTimeoutError`` fails the test (a duration: seconds, ``"500ms"``).
     - ``base_urls``: more QStash API base URLs to intercept (``QSTASH_URL``'s host always is).
     - ``token``, ``current_signing_key``, ``next_signing_key``: override the environment's.
     - ``plan``: the QStash plan whose limits apply: ``"free"``, ``"pay_as_you_go"``,
@@ -76,6 +80,7 @@ class FakeQStash:
         dedup_window: Duration = DEFAULT_DEDUP_WINDOW_MS / 1000,
         max_deliveries_per_instant: int = 5000,
         max_deliveries_per_call: int = 100_000,
+        delivery_timeout: Duration = DEFAULT_DELIVERY_TIMEOUT_S,
         base_urls: list[str] | None = None,
         token: str | None = None,
         current_signing_key: str | None = None,
@@ -98,6 +103,12 @@ class FakeQStash:
             isinstance(base_urls, str) or not all(isinstance(u, str) for u in base_urls)
         ):
             raise TypeError(f"invalid base_urls {base_urls!r}: expected a list of URL strings")
+        timeout_ms = parse_duration_ms(delivery_timeout, what="delivery_timeout")
+        if timeout_ms <= 0:
+            raise ValueError(
+                f"invalid delivery_timeout={delivery_timeout!r}: expected a duration above "
+                'zero, e.g. 30, "500ms" or "2m"'
+            )
         self._freeze_time = freeze_time
         self._raise_app_exceptions = raise_app_exceptions
         self._strict = strict
@@ -116,7 +127,7 @@ class FakeQStash:
         self._faults = FaultTable(lambda: self.clock.now_ms)
         urls = [*(f"https://{h}" for h in DEFAULT_HOSTS), *(base_urls or [])]
         self.router = QStashRouter(self.handle, urls)
-        self._sender = Sender(self.mounts)
+        self._sender = Sender(self.mounts, timeout_ms / 1000)
         self._app_clock: AppClock = make_app_clock(time_library) if freeze_time else NoAppClock()
         self._dispatcher = Dispatcher(
             self.store,
@@ -146,6 +157,11 @@ class FakeQStash:
     @property
     def strict(self) -> bool:
         return self._strict
+
+    @property
+    def delivery_timeout(self) -> float:
+        """The bound on one delivery, in real seconds."""
+        return self._sender.delivery_timeout_s
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> FakeQStash:
@@ -205,14 +221,21 @@ class FakeQStash:
         lifespan: bool = False,
         duration: HandlerDuration | None = None,
     ) -> Any:
-        """Deliver messages whose URL starts with ``base_url`` into ``app`` (ASGI, WSGI, or a
-        callable taking an ``httpx.Request``; ``kind`` overrides detection). The longest
-        matching base URL wins. Returns ``app``.
+        """Deliver messages whose URL starts with ``base_url`` into ``app`` (ASGI, WSGI, a
+        callable taking an ``httpx.Request``, or a test client; ``kind`` overrides
+        detection). The longest matching base URL wins. Returns ``app``.
+
+        A test client (Starlette's ``TestClient``, an ``httpx.Client``/``AsyncClient`` with a
+        transport, Flask's ``app.test_client()``, Django's ``Client``/``AsyncClient``) sends
+        each delivery through itself; a ``TestClient`` inside its ``with`` block runs it on
+        its own portal's loop, next to the lifespan it started: the first choice for an app
+        with a lifespan.
 
         ``lifespan=True`` (ASGI apps) runs the app's lifespan: startup at once (or when the
-        fake starts, if it has not yet), shutdown when the fake stops; its requests then run
-        on the fake's own event loop thread, in async tests too, next to the resources the
-        lifespan opened. A failed startup raises ``LifespanError`` from here.
+        fake starts, if it has not yet), shutdown when the fake stops, as a task of the fake's
+        own event loop; its requests run on that loop too, in async tests as well, next to
+        the resources the lifespan opened. A failed startup raises ``LifespanError`` from
+        here.
 
         ``duration``: the virtual time each attempt to this app takes (``"30s"``, seconds, a
         timedelta), or a function of the signed ``httpx.Request`` returning one (or None).
@@ -548,11 +571,25 @@ def _refuse_inside_loop(name: str, async_name: str) -> None:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return
+        if not _other_async_library_running():
+            return
     raise AsyncContextError(
         f"qstash.{name} blocks, and this code runs inside an event loop: "
         f"use `await qstash.{async_name}` here instead"
     )
+
+
+def _other_async_library_running() -> bool:
+    """Whether trio (or another library sniffio knows) runs in this thread. Trio imports
+    sniffio, so when sniffio was never imported, nothing it knows can be running."""
+    sniffio = sys.modules.get("sniffio")
+    if sniffio is None:
+        return False
+    try:
+        sniffio.current_async_library()
+    except Exception:  # AsyncLibraryNotFoundError: plain sync code
+        return False
+    return True
 
 
 def _check_settings(flags: dict[str, object], counts: dict[str, tuple[object, int]]) -> None:

@@ -23,6 +23,8 @@ import httpx
 import respx
 from respx.models import AllMockedAssertionError, PassThrough
 
+from .compat import httpx_transports_patched
+
 DEFAULT_HOSTS = ("qstash.upstash.io",)
 _REGIONAL = re.compile(r"qstash(-[a-z0-9-]+)?\.upstash\.io")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -201,10 +203,6 @@ class QStashOutsideFakeWarning(UserWarning):
     """A QStash call was made while no fake was active (see ``NetworkGuard``)."""
 
 
-_ORIGINAL_HANDLE_REQUEST = httpx.HTTPTransport.handle_request
-_ORIGINAL_HANDLE_ASYNC_REQUEST = httpx.AsyncHTTPTransport.handle_async_request
-
-
 def _user_route_matches(request: httpx.Request) -> bool:
     """Whether a test's own respx router has a route for this request (its pattern is
     matched without running the route's side effect)."""
@@ -237,7 +235,4 @@ def user_interceptors_active() -> bool:
     for mocker in Mocker.registry.values():
         if any(not isinstance(router, QStashRouter) for router in mocker.routers):
             return True
-    return (
-        httpx.HTTPTransport.handle_request is not _ORIGINAL_HANDLE_REQUEST
-        or httpx.AsyncHTTPTransport.handle_async_request is not _ORIGINAL_HANDLE_ASYNC_REQUEST
-    )
+    return httpx_transports_patched()

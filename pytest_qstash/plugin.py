@@ -32,6 +32,7 @@ MARKER_OPTIONS = (
     "dedup_window",
     "max_deliveries_per_instant",
     "max_deliveries_per_call",
+    "delivery_timeout",
     "base_urls",
     "plan",
 )
@@ -56,6 +57,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="auto",
     )
     parser.addini("qstash_start", "the virtual clock's start (ISO 8601); default: real now")
+    parser.addini(
+        "qstash_delivery_timeout",
+        "how long one delivery may take in real time before the test fails (seconds or a "
+        "duration such as 500ms; default 30)",
+    )
     parser.addini(
         "qstash_plan",
         "the QStash plan whose limits apply: free, pay_as_you_go, fixed_1m or fixed_10m "
@@ -139,6 +145,8 @@ def _settings(request: pytest.FixtureRequest) -> dict[str, Any]:
     settings["seed"] = request.node.nodeid
     if config.getini("qstash_start"):
         settings["start"] = config.getini("qstash_start")
+    if config.getini("qstash_delivery_timeout"):
+        settings["delivery_timeout"] = config.getini("qstash_delivery_timeout")
     if config.getini("qstash_plan"):
         settings["plan"] = config.getini("qstash_plan")
     # Nearest marker wins: test over class over module.

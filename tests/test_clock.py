@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
+import warnings
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
@@ -12,10 +14,17 @@ import httpx
 import pytest
 import time_machine
 from apps import WebApp, make_fastapi_app, make_flask_app
+from inner_pytest import run_inner
 from qstash import AsyncQStash, QStash
 from qstash.message import PublishResponse
 
-from pytest_qstash import AsyncContextError, DeliveryLoopError, FakeQStash
+from pytest_qstash import (
+    AppClockWarning,
+    AsyncContextError,
+    DeliveryLoopError,
+    FakeQStash,
+    appclock,
+)
 
 BASE = "https://app.example.com"
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -552,3 +561,175 @@ def test_drain_is_not_kept_going_by_what_a_schedule_leads_to(
     assert qstash.now == START + timedelta(minutes=5)
     assert qstash.messages.one(url=f"{BASE}/mine").state == "DELIVERED"
     assert len(qstash.deliveries) == 6  # five firings on the way, and the test's message
+
+
+@freezegun.freeze_time("2026-01-01T00:00:00Z", tz_offset=-6)
+def test_a_freezer_with_a_tz_offset_on_the_test_still_verifies(
+    qstash: FakeQStash, client: QStash, web: WebApp
+) -> None:
+    # freezegun adds tz_offset to aware now(tz) as well, which PyJWT reads: tokens are issued
+    # on that same reading, so they verify even under a freezer that shifts it.
+    publish(client)
+    qstash.advance("1h")
+    publish(client)
+    qstash.tick()
+
+    assert [d.status for d in qstash.deliveries] == [200, 200]
+    assert web.inbox.signature_errors == []
+
+
+def test_a_suites_own_freezer_is_overridden_then_resumes(new_york: object) -> None:
+    # An autouse freezer started before the fake: the fake starts from its moment, moves the
+    # app's clock (local time correct, across New York's spring-forward), then hands it back.
+    with freezegun.freeze_time("2026-03-07T12:00:00Z") as frozen:
+        before = time.monotonic()
+        with FakeQStash(time_library="auto") as fake:
+            assert fake.now == datetime(2026, 3, 7, 12, tzinfo=timezone.utc)
+            fake.advance("2d")
+            assert datetime.now(timezone.utc) == fake.now
+            assert datetime.now() == datetime(2026, 3, 9, 8, 0)
+            assert time.localtime().tm_gmtoff == -4 * 3600
+        # The suite's freezer is as it was: its moment, its frozen timers, its naive UTC now().
+        assert datetime.now(timezone.utc) == datetime(2026, 3, 7, 12, tzinfo=timezone.utc)
+        assert datetime.now() == datetime(2026, 3, 7, 12, 0)
+        assert time.monotonic() == before
+        frozen.tick(60)
+        assert time.time() == datetime(2026, 3, 7, 12, 1, tzinfo=timezone.utc).timestamp()
+
+
+def test_time_machine_asked_for_under_a_freezer_says_to_use_auto() -> None:
+    fake = FakeQStash(time_library="time-machine")
+    with (
+        freezegun.freeze_time("2026-01-01"),
+        pytest.raises(RuntimeError, match=r"freezegun freezer is active.*time_library='auto'"),
+    ):
+        fake.start()
+    assert not fake.active
+
+
+@pytest.fixture
+def without_time_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on an install where time-machine cannot be imported (None in sys.modules makes
+    ``import time_machine`` raise ImportError)."""
+    monkeypatch.setitem(sys.modules, "time_machine", None)
+    monkeypatch.setattr(appclock, "_warned", set())
+
+
+def test_time_machine_asked_for_but_missing_says_what_to_install(
+    without_time_machine: None,
+) -> None:
+    with pytest.raises(ValueError, match=r"time-machine cannot be imported") as raised:
+        FakeQStash(time_library="time-machine")
+    assert "pip install time-machine" in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+def test_an_unknown_time_library_lists_the_accepted_ones() -> None:
+    with pytest.raises(ValueError, match=r"auto, time-machine, freezegun, none"):
+        FakeQStash(time_library="arrow")
+
+
+def test_auto_without_time_machine_falls_back_to_freezegun_and_says_so_once(
+    without_time_machine: None, new_york: object
+) -> None:
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        with FakeQStash(start="2026-07-01T12:00:00Z") as fake:
+            assert datetime.now() == datetime(2026, 7, 1, 8, 0)
+            assert datetime.now(timezone.utc) == fake.now
+        with FakeQStash(start="2026-07-01T12:00:00Z"):
+            assert datetime.__name__ == "FakeDatetime"  # freezegun's class
+    [warning] = [w for w in warned if w.category is AppClockWarning]
+    assert "falls back to freezegun" in str(warning.message)
+    assert "pip install time-machine" in str(warning.message)
+
+
+def test_the_marker_with_time_machine_missing_fails_in_one_line(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeconftest("import sys\nsys.modules['time_machine'] = None\n")
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.qstash(time_library="time-machine")
+        def test_x(qstash):
+            pass
+        """
+    )
+
+    result = run_inner(pytester)
+
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        ["*bad qstash setting: time_library='time-machine' but time-machine cannot be imported*"]
+    )
+    result.stdout.no_fnmatch_line("*Traceback*")
+
+
+FACTORY_IN_A_TEST = """
+import freezegun
+import pytest
+from datetime import date, datetime, timezone
+from fastapi import FastAPI
+from qstash import QStash, Receiver
+import os
+
+@pytest.fixture(params=["time-machine", "freezegun", "own-freezer"])
+def backend(request):
+    if request.param == "own-freezer":
+        with freezegun.freeze_time("2026-03-07T12:00:00Z"):
+            yield "auto"
+    else:
+        yield request.param
+
+@pytest.fixture
+def qstash(backend):
+    from pytest_qstash import FakeQStash
+    with FakeQStash(time_library=backend) as fake:
+        yield fake
+
+def test_factory(qstash):
+    # Built while the fake is active: the route's `date` parameter makes FastAPI import
+    # pydantic.v1 for the first time in this process.
+    app = FastAPI()
+    receiver = Receiver(
+        os.environ["QSTASH_CURRENT_SIGNING_KEY"], os.environ["QSTASH_NEXT_SIGNING_KEY"]
+    )
+    days = []
+
+    @app.post("/day")
+    async def day(request: __import__("fastapi").Request, day: date):
+        receiver.verify(
+            signature=request.headers["upstash-signature"],
+            body=(await request.body()).decode(),
+            url=str(request.url),
+        )
+        days.append(day)
+        return {"ok": True}
+
+    qstash.mount("https://app.test", app)
+    client = QStash(os.environ["QSTASH_TOKEN"])
+    client.message.publish(url="https://app.test/day?day=2026-03-08", body="x")
+    [delivery] = qstash.tick()
+    assert delivery.status == 200, delivery.response_body
+    assert days == [date(2026, 3, 8)]
+
+def test_pydantic_v1_still_whole_afterwards():
+    from pydantic.v1 import BaseModel
+    class Old(BaseModel):
+        day: date
+    assert Old(day="2026-03-08").day == date(2026, 3, 8)
+"""
+
+
+def test_an_app_factory_inside_a_test_on_every_backend(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fresh process, in a zone with DST: pydantic.v1 is imported lazily during the test.
+    monkeypatch.setenv("TZ", "America/Chicago")
+    pytester.makepyfile(FACTORY_IN_A_TEST)
+
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+
+    result.assert_outcomes(passed=4)

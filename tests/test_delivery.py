@@ -286,19 +286,56 @@ def test_a_network_error_from_a_respx_side_effect_is_a_failed_attempt(
     assert delivery.error.startswith("ConnectTimeout")
 
 
-def test_nothing_listening_on_loopback_says_to_mount(qstash: FakeQStash, client: QStash) -> None:
+def _free_loopback_port() -> int:
     import socket
 
     with socket.socket() as probe:  # a port that was free a moment ago: nothing listens
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def test_nothing_listening_on_loopback_is_unrouted(qstash: FakeQStash, client: QStash) -> None:
+    # A dev PUBLIC_URL (http://localhost:8000) with no server behind it: the app under test
+    # was meant to answer, so the test hears so at once instead of a message left retrying.
+    port = _free_loopback_port()
     publish(client, f"http://127.0.0.1:{port}/hook", "x")
+
+    with pytest.raises(UnroutedDeliveryError) as raised:
+        qstash.tick()
+
+    text = str(raised.value)
+    assert f"http://127.0.0.1:{port}/hook" in text
+    assert f"nothing listens at http://127.0.0.1:{port}: mount the app" in text
+    assert "nothing is mounted" in text
+    [message] = qstash.messages
+    assert message.state == "CREATED"
+    assert qstash.deliveries == []
+
+
+@pytest.mark.qstash(strict=False)
+def test_nothing_listening_on_loopback_not_strict_is_a_failed_attempt(
+    qstash: FakeQStash, client: QStash
+) -> None:
+    port = _free_loopback_port()
+    publish(client, f"http://localhost:{port}/hook", "x")
 
     [delivery] = qstash.tick()
 
     assert delivery.status is None
-    assert f"nothing listens at http://127.0.0.1:{port}" in (delivery.error or "")
-    assert "qstash.mount(" in (delivery.error or "")
+    assert delivery.error == f"unrouted: nothing listens at http://localhost:{port}: mount the app"
+    assert qstash.messages[0].state == "RETRY"
+
+
+@pytest.mark.asyncio
+async def test_nothing_listening_on_loopback_is_unrouted_in_async_tests(
+    qstash: FakeQStash, aclient: AsyncQStash
+) -> None:
+    port = _free_loopback_port()
+    await apublish(aclient, f"http://localhost:{port}/hook", "x")
+
+    with pytest.raises(UnroutedDeliveryError, match="nothing listens at"):
+        await qstash.atick()
 
 
 @pytest.mark.asyncio

@@ -28,8 +28,11 @@ from django.apps import apps
 from django.conf import settings
 from django.core.asgi import get_asgi_application
 from django.core.wsgi import get_wsgi_application
+from django.test import AsyncClient as DjangoAsyncClient
+from django.test import Client as DjangoClient
 from django.test import override_settings
 from qstash import AsyncQStash, QStash
+from zones import START, app_clock, zone
 
 from pytest_qstash import FakeQStash
 
@@ -69,7 +72,15 @@ views: Any = importlib.import_module(f"{PROJECT}.views")
 
 BASE = "https://django.test"
 WEBHOOK = f"{BASE}/qstash/webhook/"
-APPS = {"wsgi": get_wsgi_application(), "asgi": get_asgi_application()}
+APPS = {
+    "wsgi": get_wsgi_application(),
+    "asgi": get_asgi_application(),
+    # Django's test clients (one per test, as pytest-django's), mounted: each delivery goes
+    # through the client, as the test's own requests do.
+    "client": DjangoClient,
+    "async-client": DjangoAsyncClient,
+}
+CLIENTS = ("client", "async-client")
 FIRST_BACKOFF = timedelta(milliseconds=12_182)  # QStash's first retry: e^2.5 s
 
 
@@ -88,9 +99,9 @@ def _fresh_project_state() -> Iterator[None]:
 
 @pytest.fixture(params=sorted(APPS))
 def kind(request: pytest.FixtureRequest, qstash: FakeQStash) -> str:
-    """Mounts the project as an ASGI app (driven through the portal), then as a WSGI app."""
+    """Mounts the project as an ASGI app, a WSGI app, then through Django's test clients."""
     name: str = request.param
-    qstash.mount(BASE, APPS[name])
+    qstash.mount(BASE, APPS[name]() if name in CLIENTS else APPS[name])
     return name
 
 
@@ -100,7 +111,7 @@ def kind(request: pytest.FixtureRequest, qstash: FakeQStash) -> str:
 def test_mounted_apps_are_detected_as_wsgi_and_asgi(qstash: FakeQStash, kind: str) -> None:
     mount = qstash.mounts.resolve(f"{BASE}/hook/")
     assert mount is not None
-    assert mount.kind == kind
+    assert mount.kind == ("client" if kind in CLIENTS else kind)
 
 
 @pytest.mark.parametrize("path", ["/hook/", "/async-hook/"])
@@ -163,7 +174,14 @@ def test_django_turns_a_view_exception_into_a_500(
 ) -> None:
     client.message.publish_json(url=f"{BASE}/boom/", body={})
 
-    [delivery] = qstash.tick()  # Django answered the exception itself: nothing to re-raise
+    if kind in CLIENTS:
+        # Django's test clients re-raise a view's exception (raise_request_exception), for
+        # deliveries as for the test's own requests.
+        with pytest.raises(RuntimeError, match="boom from the Django view"):
+            qstash.tick()
+        [delivery] = qstash.deliveries
+    else:
+        [delivery] = qstash.tick()  # Django answered the exception itself: nothing to re-raise
 
     assert delivery.status == 500
     assert qstash.messages[0].state == "RETRY"
@@ -217,6 +235,22 @@ async def test_wsgi_app_from_an_async_test(qstash: FakeQStash, aclient: AsyncQSt
 
     assert delivery.status == 200
     assert [r.body for r in views.received] == [[1, 2, 3]]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("name", CLIENTS)
+async def test_a_test_client_from_an_async_test(
+    qstash: FakeQStash, aclient: AsyncQStash, name: str
+) -> None:
+    # The AsyncClient on the test's loop; the sync Client in a worker thread.
+    qstash.mount(BASE, APPS[name]())
+    await aclient.message.publish_json(url=f"{BASE}/async-hook/?page=2", body={"n": 7})
+
+    [delivery] = await qstash.atick()
+
+    assert delivery.status == 200, delivery.response_body
+    [got] = views.received
+    assert (got.url, got.body) == (f"{BASE}/async-hook/?page=2", {"n": 7})
 
 
 # --- django-qstash: tasks published by its client, run by its webhook view ------------------
@@ -310,6 +344,25 @@ def test_self_retry_publishes_from_inside_the_webhook(qstash: FakeQStash, kind: 
     assert tasks.ran == [("poll", 0), ("poll", 1), ("poll", 2)]
     assert [m.state for m in qstash.messages] == ["DELIVERED"] * 3
     assert qstash.next_due() is None
+
+
+__all__ = ["app_clock", "zone"]  # fixtures, imported to be found
+
+
+def test_tasks_verify_in_other_zones_across_daylight_saving(
+    app_clock: str, qstash: FakeQStash
+) -> None:
+    # Django's own default TIME_ZONE is America/Chicago: its process zone must not shift the
+    # tokens django-qstash's webhook verifies, on any backend, before or after the change.
+    qstash.mount(BASE, APPS["wsgi"])
+    tasks.greet.delay("Now")
+    tasks.greet.apply_async(args=("Later",), countdown=30 * 86400)
+
+    deliveries = qstash.advance("30d")
+
+    assert [d.status for d in deliveries] == [200, 200], deliveries
+    assert [d.at for d in deliveries] == [START, START + timedelta(days=30)]
+    assert tasks.ran == [("greet", "Hello, Now!"), ("greet", "Hello, Later!")]
 
 
 def test_webhook_refuses_a_stale_signature(qstash: FakeQStash, client: QStash, kind: str) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -152,3 +154,86 @@ def test_replacing_or_unmounting_a_lifespan_app_shuts_it_down() -> None:
         assert events[-1] == "shutdown B"
         qstash.mount(BASE, make("C", events), lifespan=True)
     assert events[-2:] == ["startup C", "shutdown C"]
+
+
+def test_the_lifespan_runs_on_the_fakes_loop_and_nothing_of_it_outlives_the_fake() -> None:
+    # No thread of its own (the cost of one per test): the fake's loop, in a sync test the
+    # test's thread; what the app left running on it is cancelled when the fake stops.
+    seen: list[int] = []
+    cancelled: list[str] = []
+
+    def make(name: str) -> Starlette:
+        @asynccontextmanager
+        async def lifespan(app: Starlette) -> AsyncIterator[None]:
+            async def forgotten() -> None:  # started, never stopped by the app
+                try:
+                    await asyncio.sleep(3600)
+                except asyncio.CancelledError:
+                    cancelled.append(name)
+                    raise
+
+            asyncio.get_running_loop().create_task(forgotten())
+            seen.append(threading.get_ident())
+            yield
+
+        return Starlette(lifespan=lifespan)
+
+    with FakeQStash() as first:
+        first.mount(BASE, make("first"), lifespan=True)
+    assert cancelled == ["first"]
+    with FakeQStash() as second:
+        second.mount(BASE, make("second"), lifespan=True)
+        assert cancelled == ["first"]
+    assert cancelled == ["first", "second"]
+    assert seen == [threading.get_ident()] * 2
+
+
+@pytest.mark.asyncio
+async def test_a_lifespan_mounted_and_stopped_inside_an_async_test() -> None:
+    # mount() and stop() inside a running loop: the fake's own loop runs in a helper thread.
+    events: list[str] = []
+    app = make_app(events)
+    async with FakeQStash() as qstash:
+        qstash.mount(BASE, app, lifespan=True)
+        assert events == ["startup"]
+        await AsyncQStash(os.environ["QSTASH_TOKEN"], retry=False).message.publish(
+            url=f"{BASE}/job", body="inside"
+        )
+        [delivery] = await qstash.atick()
+        assert delivery.status == 200
+        assert app.state.db == {"jobs": ["inside"]}
+    assert events == ["startup", "shutdown"]
+
+
+def test_a_job_handed_to_a_lifespan_worker_is_done_when_tick_returns(
+    qstash: FakeQStash, client: QStash
+) -> None:
+    # The handler answers 202 at once; the lifespan's worker does the job on the fake's loop,
+    # which gets a few passes after the delivery, as a server's loop would go on running.
+    done: list[str] = []
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+        jobs: asyncio.Queue[str] = asyncio.Queue()
+
+        async def worker() -> None:
+            while True:
+                done.append(await jobs.get())
+
+        task = asyncio.create_task(worker())
+        yield {"jobs": jobs}
+        task.cancel()
+
+    app = FastAPI(lifespan=lifespan)
+
+    @app.post("/enqueue", status_code=202)
+    async def enqueue(request: Request) -> None:
+        request.state.jobs.put_nowait((await request.body()).decode())
+
+    qstash.mount(BASE, app, lifespan=True)
+    client.message.publish(url=f"{BASE}/enqueue", body="job-1")
+
+    [delivery] = qstash.tick()
+
+    assert delivery.status == 202
+    assert done == ["job-1"]

@@ -13,10 +13,10 @@ delivery from the test's call straight to the app's frame (or our error).
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 import httpx
 
@@ -215,10 +215,11 @@ class Dispatcher:
         if message.schedule_id:
             headers["Upstash-Schedule-Id"] = message.schedule_id
         headers["Upstash-Caller-Ip"] = message.caller_ip
-        # Issued on the clock the app verifies with: the virtual one while the fake moves the
-        # app's clock, the real one with freeze_time=False, and a test's own freezer's when
-        # one (a @freeze_time decorator, say) overrides ours.
-        iat = int(time.time())
+        # Issued on the clock the app verifies with, read as PyJWT (every Receiver's verifier)
+        # reads it: the virtual one while the fake moves the app's clock, the real one with
+        # freeze_time=False, and a test's own freezer's when one (a @freeze_time decorator,
+        # say) overrides ours, even one whose tz_offset shifts aware now() (freezegun's bug).
+        iat = int(datetime.now(timezone.utc).timestamp())
         headers["Upstash-Signature"] = sign(
             content=body,
             url=message.url,

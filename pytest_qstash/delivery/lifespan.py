@@ -2,20 +2,17 @@
 
 ``httpx.ASGITransport`` never sends lifespan events, so an app that opens its resources in a
 lifespan handler (FastAPI's ``lifespan=``, Starlette's ``on_startup``) would meet its first
-delivery unprepared. This runs the app's lifespan on the fake's own event loop (the blocking
-portal's thread): startup before the first delivery, shutdown when the fake stops. The
-lifespan's state dict is handed to every request, as ASGI servers do.
+delivery unprepared. This runs the app's lifespan as a task on the fake's own event loop, where
+the app's deliveries run too: startup before the first delivery, shutdown when the fake stops.
+The lifespan's state dict is handed to every request, as ASGI servers do.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
-
-import anyio
-import anyio.abc
-import anyio.from_thread
 
 from ..errors import LifespanError
 
@@ -35,8 +32,9 @@ class Lifespan:
         self.app = app
         self.base_url = base_url
         self.state: dict[str, Any] = {}
-        self._shutdown_requested: anyio.Event | None = None
-        self._finished: anyio.Event | None = None
+        self._shutdown_requested: asyncio.Event | None = None
+        self._finished: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
         self._failure: str | None = None
         self._exception: BaseException | None = None
 
@@ -50,15 +48,14 @@ class Lifespan:
         scope["state"] = copy.copy(self.state)
         await self.app(scope, receive, send)
 
-    def start(self, portal: anyio.from_thread.BlockingPortal) -> None:
-        portal.start_task(self._run)
-        self._raise_failure("startup")
+    async def start_up(self) -> None:
+        """Start the lifespan as a task of the running loop and wait for its startup; a
+        failure is kept for ``raise_failure``."""
+        started = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._run(started))
+        await started.wait()
 
-    def stop(self, portal: anyio.from_thread.BlockingPortal) -> None:
-        portal.call(self._stop)
-        self._raise_failure("shutdown")
-
-    def _raise_failure(self, phase: str) -> None:
+    def raise_failure(self, phase: str) -> None:
         if self._failure is None:
             return
         # Servers send a whole traceback as the failure message: its last line says what
@@ -68,15 +65,15 @@ class Lifespan:
             f"{phase} of the app at {self.base_url} failed: {lines[-1]}"
         ) from self._exception
 
-    async def _stop(self) -> None:
+    async def shut_down(self) -> None:
+        """Ask for shutdown and wait for it; a failure is kept for ``raise_failure``."""
         if self._shutdown_requested is not None and self._finished is not None:
             self._shutdown_requested.set()
             await self._finished.wait()
 
-    async def _run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        self._shutdown_requested = anyio.Event()
-        self._finished = anyio.Event()
-        started = anyio.Event()
+    async def _run(self, started: asyncio.Event) -> None:
+        self._shutdown_requested = asyncio.Event()
+        self._finished = asyncio.Event()
         sent_startup = False
 
         async def receive() -> Message:
@@ -99,26 +96,18 @@ class Lifespan:
 
         scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}}
         scope["state"] = self.state
-        async with anyio.create_task_group() as group:
-
-            async def serve() -> None:
-                try:
-                    await self.app(scope, receive, send)
-                except BaseException as exc:  # an app without lifespan support raises here
-                    if not isinstance(exc, anyio.get_cancelled_exc_class()):
-                        self._exception = exc
-                    if not started.is_set():
-                        started.set()  # ASGI servers carry on without lifespan, and so do we
-                    elif self._failure is None and not isinstance(
-                        exc, anyio.get_cancelled_exc_class()
-                    ):
-                        self._failure = f"{type(exc).__name__}: {exc}"
-                finally:
-                    self._finished_set()
-
-            group.start_soon(serve)
-            await started.wait()
-            task_status.started()
+        try:
+            await self.app(scope, receive, send)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # an app without lifespan support raises here
+            self._exception = exc
+            if started.is_set() and self._failure is None:
+                self._failure = f"{type(exc).__name__}: {exc}"
+            # Else ASGI servers carry on without lifespan, and so do we.
+        finally:
+            started.set()
+            self._finished_set()
 
     def _finished_set(self) -> None:
         if self._finished is not None:

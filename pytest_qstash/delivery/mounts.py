@@ -1,4 +1,8 @@
-"""Which app answers a URL: the mount table (longest base URL wins) and app-kind detection."""
+"""Which app answers a URL: the mount table (longest base URL wins) and app-kind detection.
+
+Besides apps, a test client can be mounted (kind ``"client"``): deliveries then go through it,
+to the app it wraps, where the test's own requests go (a Starlette ``TestClient``'s portal and
+lifespan, say). Clients are recognised by class, without importing their frameworks."""
 
 from __future__ import annotations
 
@@ -10,8 +14,17 @@ from urllib.parse import urlsplit
 
 import httpx
 
-AppKind = Literal["asgi", "wsgi", "callable"]
-_KINDS = ("asgi", "wsgi", "callable")
+AppKind = Literal["asgi", "wsgi", "callable", "client"]
+_KINDS = ("asgi", "wsgi", "callable", "client")
+
+#: Which test client a "client" mount holds: what decides how a delivery is sent through it.
+ClientFlavour = Literal["starlette", "httpx", "httpx-async", "werkzeug", "django", "django-async"]
+_CLIENT_CLASSES: dict[str, ClientFlavour] = {
+    "starlette.testclient.TestClient": "starlette",
+    "werkzeug.test.Client": "werkzeug",  # Flask's app.test_client() is a subclass
+    "django.test.client.AsyncClient": "django-async",
+    "django.test.client.Client": "django",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +34,8 @@ class Mount:
     kind: AppKind
     #: Run the ASGI app's lifespan (startup before its first delivery, shutdown at stop).
     lifespan: bool = False
+    #: For a "client" mount: which kind of test client it is.
+    client: ClientFlavour | None = None
 
     def matches(self, url: str) -> bool:
         if not url.startswith(self.base_url):
@@ -39,11 +54,45 @@ def normalize_base_url(base_url: str) -> str:
     return str(httpx.URL(scheme.lower() + sep + rest)).rstrip("/")
 
 
+def client_flavour(app: Any) -> ClientFlavour | None:
+    """The kind of test client ``app`` is, or None when it is no test client we know."""
+    for cls in type(app).__mro__:
+        flavour = _CLIENT_CLASSES.get(f"{cls.__module__}.{cls.__qualname__}")
+        if flavour is not None:
+            return flavour
+    if isinstance(app, httpx.AsyncClient):
+        return "httpx-async"
+    if isinstance(app, httpx.Client):
+        return "httpx"
+    return None
+
+
+def _check_client(app: Any, flavour: ClientFlavour) -> None:
+    if flavour not in ("httpx", "httpx-async"):
+        return
+    # A client built without a transport of its own would send deliveries to the network.
+    transport = getattr(app, "_transport", None)
+    if isinstance(transport, (httpx.HTTPTransport, httpx.AsyncHTTPTransport)):
+        raise ValueError(
+            f"cannot mount {app!r}: it has no transport of its own, so it would send "
+            "deliveries to the network. Give it one (httpx.Client(transport="
+            "httpx.WSGITransport(app=app)), httpx.AsyncClient(transport="
+            "httpx.ASGITransport(app=app))) or mount the app itself"
+        )
+
+
 def detect_kind(app: Any) -> AppKind:
     """ASGI apps take ``(scope, receive, send)`` and are async; WSGI apps take
-    ``(environ, start_response)``; anything else callable takes an ``httpx.Request``."""
+    ``(environ, start_response)``; test clients are known by class; anything else callable
+    takes an ``httpx.Request``."""
+    if client_flavour(app) is not None:
+        return "client"
     if not callable(app):
-        raise TypeError(f"cannot mount {app!r}: it is not callable (expected an ASGI or WSGI app)")
+        raise TypeError(
+            f"cannot mount {app!r}: it is not callable (expected an ASGI or WSGI app, a "
+            "callable taking an httpx.Request, or a test client: Starlette's TestClient, an "
+            "httpx.Client/AsyncClient with a transport, Flask's test_client(), Django's Client)"
+        )
     call: Callable[..., Any] = app
     is_async = inspect.iscoroutinefunction(call) or inspect.iscoroutinefunction(
         getattr(call, "__call__", None)  # noqa: B004 - we want the bound __call__ of instances
@@ -69,6 +118,32 @@ def detect_kind(app: Any) -> AppKind:
             "taking the httpx.Request"
         )
     return "callable"
+
+
+_KIND_SHAPES = {
+    "asgi": "ASGI (an async callable taking scope, receive, send)",
+    "wsgi": "WSGI (a callable taking environ, start_response)",
+    "client": "a test client",
+}
+
+
+def _check_kind(base_url: str, app: Any, kind: str, detected: AppKind | None) -> None:
+    """An explicit ``kind=`` that contradicts what the app plainly is would fail at the first
+    delivery with a raw TypeError deep in a transport: say so at mount instead."""
+    if detected is None or kind == detected:
+        return
+    if kind == "client" and detected == "callable":
+        raise ValueError(
+            f"cannot mount {app!r} at {base_url!r} with kind='client': it is no test client "
+            "pytest-qstash knows (Starlette's TestClient, an httpx.Client/AsyncClient with a "
+            "transport, Flask's test_client(), Django's Client or AsyncClient)"
+        )
+    if detected in ("asgi", "wsgi", "client"):
+        raise ValueError(
+            f"cannot mount {app!r} at {base_url!r} with kind={kind!r}: it looks like "
+            f"{_KIND_SHAPES[detected]}. Mount it with kind={detected!r}, or leave kind out "
+            "to have it detected"
+        )
 
 
 def _takes_varargs(call: Callable[..., Any]) -> bool:
@@ -99,12 +174,24 @@ class MountTable:
             )
         if kind is not None and kind not in _KINDS:
             raise ValueError(f"unknown app kind {kind!r}: expected one of {', '.join(_KINDS)}")
-        resolved: AppKind = kind if kind is not None else detect_kind(app)  # type: ignore[assignment]
+        detected = detect_kind(app) if kind in (None, "asgi", "wsgi", "client") else None
+        resolved: AppKind = kind if kind is not None else detected  # type: ignore[assignment]
+        _check_kind(base_url, app, resolved, detected)
+        flavour = client_flavour(app) if resolved == "client" else None
+        if flavour is not None:
+            _check_client(app, flavour)
         if lifespan and resolved != "asgi":
-            raise ValueError(
-                f"lifespan=True needs an ASGI app; the app mounted at {base_url!r} is {resolved}"
+            hint = (
+                ": a TestClient runs the app's lifespan itself, inside `with TestClient(app) "
+                "as client:`; mount that client without lifespan=True"
+                if flavour == "starlette"
+                else ""
             )
-        mount = Mount(normalize_base_url(base_url), app, resolved, lifespan)
+            raise ValueError(
+                f"lifespan=True needs an ASGI app; the app mounted at {base_url!r} is "
+                f"{resolved}{hint}"
+            )
+        mount = Mount(normalize_base_url(base_url), app, resolved, lifespan, flavour)
         self._mounts = [m for m in self._mounts if m.base_url != mount.base_url] + [mount]
         # Longest base URL first, so the most specific mount answers.
         self._mounts.sort(key=lambda m: len(m.base_url), reverse=True)

@@ -1,10 +1,22 @@
-"""How a delivery reaches an app: ASGI, WSGI or a plain callable, from sync or async code.
+"""How a delivery reaches an app: ASGI, WSGI, a plain callable or a test client, from sync or
+async code.
 
 Sync tests drive ASGI apps on an event loop of the fake's own, run in the test's thread (no
 thread hop per delivery) and kept for the fake's lifetime; apps mounted with a lifespan run
-on an AnyIO blocking portal's loop instead, next to their lifespan. Async tests drive them on the
-test's own loop. URLs no app is mounted for go through httpx, so a user's respx routes or
-pytest-httpx can answer them; the network is only used for loopback hosts.
+there in async tests too (from a worker thread), next to their lifespan, a task of that loop.
+Async tests drive the others on the test's own loop. A mounted Starlette ``TestClient`` inside
+its ``with`` block gets its deliveries on its own portal's loop, next to the lifespan it runs.
+URLs no app is mounted for go through httpx, so a user's respx routes or pytest-httpx can
+answer them; the network is only used for loopback hosts.
+
+Every delivery on an event loop is bounded in real time (the loop's monotonic clock, which no
+app clock moves): past ``delivery_timeout`` it is cancelled and ``DeliveryTimeoutError``
+raised. On an asyncio loop a watch also looks, every few tens of milliseconds, whether the loop
+is idle (no callback ready, no timer, no I/O, no worker thread busy) while the delivery still
+waits: nothing can then ever finish it, so after a short grace it is reported at once. Sync
+code in the test's own thread (a WSGI app, a sync callable, a sync test client) cannot be
+interrupted and is not bounded; in async tests it runs in a worker thread, given up on (left
+running) at the timeout.
 
 Functions on the delivery path set ``__tracebackhide__``: pytest then shows a failed
 delivery from the test's call straight to the app's frame (or our error).
@@ -13,11 +25,15 @@ delivery from the test's call straight to the app's frame (or our error).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
+import importlib
 import inspect
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Coroutine
+import sys
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -27,13 +43,24 @@ import anyio.to_thread
 import httpx
 from respx.models import AllMockedAssertionError
 
-from ..errors import QStashFakeError
+from ..compat import unrecord_in_pytest_httpx as _unrecord_in_pytest_httpx
+from ..errors import DeliveryTimeoutError, QStashFakeError
 from ..intercept import is_loopback, user_interceptors_active
 from .lifespan import Lifespan
 from .mounts import Mount, MountTable
 
 _T = TypeVar("_T")
 _BACKGROUND_PASSES = 20
+#: The default bound on one delivery, in real seconds: far above any real handler in a test.
+DEFAULT_DELIVERY_TIMEOUT_S = 30.0
+#: How often the watch of a delivery on an asyncio loop looks at it (real seconds).
+_WATCH_INTERVAL_S = 0.05
+#: How long a loop must stay idle, the delivery waiting, before it is called stuck: long
+#: enough for a thread the watch cannot see (a library's own) to wake it when done.
+STALL_GRACE_S = 1.0
+#: After the timeout, how long a thread waits for a cancelled delivery on another loop to end
+#: before it gives up on it (an app blocking its loop never lets the cancellation in).
+_CANCEL_GRACE_S = 1.0
 
 
 class Unrouted(Exception):
@@ -65,14 +92,17 @@ class Outcome:
 
 
 class Sender:
-    def __init__(self, mounts: MountTable) -> None:
+    def __init__(
+        self, mounts: MountTable, delivery_timeout_s: float = DEFAULT_DELIVERY_TIMEOUT_S
+    ) -> None:
         self._mounts = mounts
-        self._portal: anyio.from_thread.BlockingPortal | None = None
-        self._portal_cm: contextlib.AbstractContextManager[anyio.from_thread.BlockingPortal] | (
-            None
-        ) = None
+        self.delivery_timeout_s = delivery_timeout_s
         self._lifespans: dict[str, Lifespan] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        # One watch per event loop deliveries run on (the fake's own, a portal's, the test's).
+        self._watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWatch] = (
+            weakref.WeakKeyDictionary()
+        )
 
     # -- sync -------------------------------------------------------------------------------
     def send(self, request: httpx.Request) -> Outcome:
@@ -83,22 +113,34 @@ class Sender:
         try:
             if mount.kind == "wsgi":
                 return _wsgi(mount, request)
-            if mount.kind == "asgi" and mount.lifespan:
-                outcome: Outcome = self._blocking_portal().call(
-                    _asgi, self._asgi_app(mount), request
-                )
-                return outcome
             if mount.kind == "asgi":
-                outcome = self._on_own_loop(_asgi(mount.app, request))
+                app = self._asgi_app(mount)
+                outcome: Outcome = self._on_own_loop(_asgi(app, "", request), request)
                 return outcome
+            if mount.kind == "client":
+                return self._send_client(mount, request)
             result = mount.app(request)
             if inspect.isawaitable(result):
-                result = self._on_own_loop(_awaited(result))
+                result = self._on_own_loop(_awaited(result), request)
             return _callable_outcome(result)
         except QStashFakeError:
             raise  # the fake's own API misused from a handler: the test's bug, not the app's
         except Exception as exc:
             return Outcome.of_exception(exc)
+
+    def _send_client(self, mount: Mount, request: httpx.Request) -> Outcome:
+        __tracebackhide__ = True
+        client = mount.app
+        if mount.client == "starlette":
+            portal = getattr(client, "portal", None)
+            if portal is not None:  # inside its `with` block: its loop, next to its lifespan
+                return self._on_portal(portal, _asgi, *_test_client_app(client), request)
+            # Outside it, the TestClient starts no lifespan either: the app as it is.
+            app, root_path = _test_client_app(client)
+            return self._on_own_loop(_asgi(app, root_path, request), request)
+        if mount.client in ("httpx-async", "django-async"):
+            return self._on_own_loop(_through_async_client(mount, request), request)
+        return _through_sync_client(mount, request)
 
     def _send_unmounted(self, request: httpx.Request) -> Outcome:
         __tracebackhide__ = True
@@ -116,17 +158,27 @@ class Sender:
         if mount is None:
             return await self._asend_unmounted(request)
         try:
-            if mount.kind == "asgi" and mount.lifespan:
-                # Its lifespan runs on the portal's loop: so do its requests.
+            if (mount.kind == "asgi" and mount.lifespan) or (
+                mount.client == "starlette" and getattr(mount.app, "portal", None) is not None
+            ):
+                # Its lifespan runs on another loop (the fake's own, or the TestClient's
+                # portal's): so do its requests, bounded there, from a worker thread.
                 return await anyio.to_thread.run_sync(self.send, request)
             if mount.kind == "wsgi":
-                return await anyio.to_thread.run_sync(_wsgi, mount, request)
+                return await self._in_thread(_wsgi, mount, request)
+            if mount.client in ("httpx", "werkzeug", "django"):
+                return await self._in_thread(_through_sync_client, mount, request)
             async with _settling_background_tasks():
                 if mount.kind == "asgi":
-                    return await _asgi(mount.app, request)
+                    return await self._bounded(_asgi(mount.app, "", request), request)
+                if mount.client == "starlette":
+                    app, root_path = _test_client_app(mount.app)
+                    return await self._bounded(_asgi(app, root_path, request), request)
+                if mount.kind == "client":
+                    return await self._bounded(_through_async_client(mount, request), request)
                 result = mount.app(request)
                 if inspect.isawaitable(result):
-                    result = await result
+                    result = await self._bounded(_awaited(result), request)
                 return _callable_outcome(result)
         except QStashFakeError:
             raise  # the fake's own API misused from a handler: the test's bug, not the app's
@@ -155,25 +207,96 @@ class Sender:
             self._loop = asyncio.new_event_loop()
         return self._loop
 
-    def _on_own_loop(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+    def _on_own_loop(self, coroutine: Coroutine[Any, Any, _T], request: httpx.Request) -> _T:
         __tracebackhide__ = True
         loop = self._own_loop()
-        result = loop.run_until_complete(coroutine)
-        # Let what the app started and did not wait for (a fire-and-forget task) move on
-        # before the test looks, as it would on a server's loop: a few passes of the loop,
-        # never a wait (a task waiting on something else stays pending, and is cancelled
-        # when the fake stops).
+        result = loop.run_until_complete(self._bounded(coroutine, request))
+        # Let what the app started and did not wait for (a fire-and-forget task, a job handed
+        # to a lifespan's worker) move on before the test looks, as it would on a server's
+        # loop: a few passes of the loop while something is ready to run, never a wait (a
+        # task waiting on something else stays pending, and is cancelled when the fake stops).
         for _ in range(_BACKGROUND_PASSES):
-            if not asyncio.all_tasks(loop):
+            if not _ready_to_run(loop):
                 break
             loop.run_until_complete(asyncio.sleep(0))
         return result
 
-    def _blocking_portal(self) -> anyio.from_thread.BlockingPortal:
-        if self._portal is None:
-            self._portal_cm = anyio.from_thread.start_blocking_portal()
-            self._portal = self._portal_cm.__enter__()
-        return self._portal
+    async def _bounded(self, coroutine: Awaitable[_T], request: httpx.Request) -> _T:
+        """Await one delivery on the running loop, bounded in real time (see the module)."""
+        __tracebackhide__ = True
+        timeout = self.delivery_timeout_s
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # trio: its own clock bounds it; no idle watch
+            with anyio.move_on_after(timeout):
+                return await coroutine
+            raise _timeout_error(request, timeout, stalled=False) from None
+        task = asyncio.current_task()
+        assert task is not None
+        watch = self._watches.get(loop)
+        if watch is None:
+            watch = self._watches[loop] = _LoopWatch(loop)
+        delivery = watch.begin(task, timeout)
+        try:
+            result = await coroutine
+        except asyncio.CancelledError:
+            if delivery.verdict is None:
+                raise  # cancelled by someone else: not ours to turn into an error
+        finally:
+            watch.end(delivery)
+        if delivery.verdict is not None:
+            if sys.version_info >= (3, 11):
+                task.uncancel()  # the cancellation was the watch's, and is spent
+            raise _timeout_error(request, timeout, stalled=delivery.verdict == "stalled")
+        return result
+
+    def _on_portal(
+        self,
+        portal: anyio.from_thread.BlockingPortal,
+        func: Callable[..., Coroutine[Any, Any, Outcome]],
+        *args: Any,
+    ) -> Outcome:
+        """Run ``func(*args)`` (its last argument the request) on a portal's loop, bounded
+        there; this thread waits a little longer, in case the app blocks that loop."""
+        __tracebackhide__ = True
+        request: httpx.Request = args[-1]
+        future: concurrent.futures.Future[Outcome] = portal.start_task_soon(
+            self._bounded, func(*args), request
+        )
+        try:
+            return future.result(timeout=self.delivery_timeout_s + _CANCEL_GRACE_S)
+        except concurrent.futures.TimeoutError:
+            if future.done():  # the delivery's own DeliveryTimeoutError (a TimeoutError)
+                raise
+            future.cancel()  # lands whenever the app lets its loop run again
+            raise _timeout_error(
+                request,
+                self.delivery_timeout_s,
+                stalled=False,
+                detail=" (and did not end when cancelled: the app blocks its event loop, "
+                "e.g. a blocking call in an async handler)",
+            ) from None
+
+    async def _in_thread(self, func: Callable[..., Outcome], *args: Any) -> Outcome:
+        """Sync code from an async test: in a worker thread, waited for up to the timeout. A
+        thread cannot be stopped: past the timeout it is left to run, and the test fails."""
+        __tracebackhide__ = True
+        request: httpx.Request = args[-1]
+        with anyio.move_on_after(self.delivery_timeout_s):
+            return await _run_sync_abandoning(func, *args)
+        raise _timeout_error(
+            request,
+            self.delivery_timeout_s,
+            stalled=False,
+            detail=" (it runs sync code in a worker thread, which cannot be stopped and is "
+            "left running)",
+        )
+
+    def _run_here(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        """Run ``coroutine`` to its end on the fake's own loop (a lifespan's startup or
+        shutdown), whichever thread this is called from."""
+        result: _T = _off_any_loop(self._own_loop().run_until_complete, coroutine)
+        return result
 
     def start_lifespans(self) -> None:
         """Bring the running lifespans in line with the mounts (at mount, unmount, or when the
@@ -184,8 +307,8 @@ class Sender:
         for base_url, lifespan in list(self._lifespans.items()):
             if wanted.get(base_url) is not lifespan.app:
                 del self._lifespans[base_url]
-                if self._portal is not None:
-                    lifespan.stop(self._portal)
+                self._run_here(lifespan.shut_down())
+                lifespan.raise_failure("shutdown")
         for mount in self._mounts.mounts:
             if mount.kind == "asgi" and mount.lifespan:
                 self._asgi_app(mount)
@@ -197,46 +320,56 @@ class Sender:
         lifespan = self._lifespans.get(mount.base_url)
         if lifespan is None or lifespan.app is not mount.app:
             lifespan = Lifespan(mount.app, mount.base_url)
-            lifespan.start(self._blocking_portal())
+            self._run_here(lifespan.start_up())
+            lifespan.raise_failure("startup")
             self._lifespans[mount.base_url] = lifespan
         return lifespan.request_app
 
     def close(self) -> None:
+        """Shut down every lifespan (even after one fails: a lifespan left waiting would keep
+        its task alive), cancel what the apps left on the fake's loop, and close it."""
+        lifespans, self._lifespans = list(self._lifespans.values()), {}
+        if self._loop is not None:
+            loop, self._loop = self._loop, None
+            _off_any_loop(_close_loop, loop, lifespans)
         failure: BaseException | None = None
-        try:
-            lifespans, self._lifespans = list(self._lifespans.values()), {}
-            if self._portal is not None:
-                # Every lifespan is shut down, even after one fails: a lifespan left waiting
-                # would keep the portal's thread from ever finishing.
-                for lifespan in reversed(lifespans):
-                    try:
-                        lifespan.stop(self._portal)
-                    except Exception as exc:
-                        failure = failure or exc
-        finally:
-            self._close_portal()
-            self._close_loop()
+        for lifespan in reversed(lifespans):
+            try:
+                lifespan.raise_failure("shutdown")
+            except Exception as exc:
+                failure = failure or exc
         if failure is not None:
             raise failure
 
-    def _close_loop(self) -> None:
-        if self._loop is None:
-            return
-        loop, self._loop = self._loop, None
-        try:
-            pending = asyncio.all_tasks(loop)
-            for task in pending:
-                task.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        finally:
-            loop.close()
 
-    def _close_portal(self) -> None:
-        if self._portal_cm is not None:
-            cm, self._portal_cm, self._portal = self._portal_cm, None, None
-            cm.__exit__(None, None, None)
+def _close_loop(loop: asyncio.AbstractEventLoop, lifespans: list[Lifespan]) -> None:
+    try:
+        loop.run_until_complete(_shut_down_all(lifespans))
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        loop.close()
+
+
+async def _shut_down_all(lifespans: list[Lifespan]) -> None:
+    for lifespan in reversed(lifespans):
+        await lifespan.shut_down()
+
+
+def _off_any_loop(func: Callable[..., _T], *args: Any) -> _T:
+    """``func(*args)`` here or, when an event loop runs in this thread (an async test, an
+    ``async with FakeQStash()``), in a helper thread: the fake's own loop cannot run inside
+    another one."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return func(*args)
+    with concurrent.futures.ThreadPoolExecutor(1) as helper:
+        return helper.submit(func, *args).result()
 
 
 @contextlib.asynccontextmanager
@@ -258,7 +391,7 @@ async def _settling_background_tasks() -> AsyncIterator[None]:
         await asyncio.sleep(0)
 
 
-async def _asgi(app: Any, request: httpx.Request) -> Outcome:
+async def _asgi(app: Any, root_path: str, request: httpx.Request) -> Outcome:
     """One request into an ASGI app. An exception after the app sent its whole response (a
     background task's, say) does not undo the answer: QStash got it, so the attempt keeps its
     status and only carries the exception; before that, the attempt is a 500."""
@@ -281,7 +414,7 @@ async def _asgi(app: Any, request: httpx.Request) -> Outcome:
             raised = exc
             raise
 
-    transport = httpx.ASGITransport(app=watched, raise_app_exceptions=False)
+    transport = httpx.ASGITransport(app=watched, raise_app_exceptions=False, root_path=root_path)
     response = await transport.handle_async_request(request)
     content = await response.aread()
     if raised is None:
@@ -301,6 +434,225 @@ def _wsgi(mount: Mount, request: httpx.Request) -> Outcome:
     transport = httpx.WSGITransport(app=mount.app, raise_app_exceptions=True)
     response = transport.handle_request(request)
     return Outcome(response.status_code, response.headers, response.read())
+
+
+@dataclass(eq=False, slots=True)
+class _InFlight:
+    task: asyncio.Task[Any]
+    deadline: float
+    idle_since: float | None = None
+    #: Why the watch cancelled it: "timeout" or "stalled"; None while it runs its course.
+    verdict: str | None = None
+
+
+class _LoopWatch:
+    """Bounds the deliveries in flight on one asyncio loop, in real time: a timer looks at
+    them every ``_WATCH_INTERVAL_S`` and cancels one past its deadline, or once the loop has
+    been idle for ``STALL_GRACE_S`` while it still waits. The timer is shared by every
+    delivery and only armed while one is in flight (a burst of quick deliveries costs one
+    timer per interval, not one each), and no deadline timer is set, so that the loop it
+    watches can look idle."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        # Read here, in a delivery's task: AnyIO finds its loop only from inside a task.
+        self._limiter = anyio.to_thread.current_default_thread_limiter()
+        self._in_flight: list[_InFlight] = []
+        self._timer: asyncio.TimerHandle | None = None
+
+    def begin(self, task: asyncio.Task[Any], timeout: float) -> _InFlight:
+        delivery = _InFlight(task, self._loop.time() + timeout)
+        self._in_flight.append(delivery)
+        if self._timer is None:
+            self._timer = self._loop.call_later(min(_WATCH_INTERVAL_S, timeout), self._look)
+        return delivery
+
+    def end(self, delivery: _InFlight) -> None:
+        self._in_flight.remove(delivery)
+
+    def _look(self) -> None:
+        self._timer = None
+        now = self._loop.time()
+        idle: bool | None = None  # asked once per look, and only when it matters
+        next_look = _WATCH_INTERVAL_S
+        for delivery in self._in_flight:
+            if delivery.verdict is not None:
+                continue
+            if now >= delivery.deadline:
+                delivery.verdict = "timeout"
+            else:
+                if idle is None:
+                    idle = _loop_idle(self._loop, self._limiter)
+                if not idle:
+                    delivery.idle_since = None
+                elif delivery.idle_since is None:
+                    delivery.idle_since = now
+                elif now - delivery.idle_since >= STALL_GRACE_S:
+                    delivery.verdict = "stalled"
+            if delivery.verdict is not None:
+                delivery.task.cancel()
+            else:
+                next_look = min(next_look, delivery.deadline - now)
+        if any(d.verdict is None for d in self._in_flight):
+            self._timer = self._loop.call_later(max(next_look, 0.0), self._look)
+
+
+def _ready_to_run(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether a callback is ready on the loop (asyncio's private queue of them); on a loop
+    without one (uvloop), whether any task is pending at all."""
+    ready = getattr(loop, "_ready", None)
+    return bool(ready) if ready is not None else bool(asyncio.all_tasks(loop))
+
+
+def _loop_idle(loop: asyncio.AbstractEventLoop, limiter: anyio.CapacityLimiter) -> bool:
+    """Whether nothing the loop knows of can make progress: no callback ready, no timer, no
+    file descriptor watched (its own wake-up pipe aside), no worker thread of its default
+    executor or of AnyIO's busy. Only a thread the loop cannot see (a library's own) could
+    still wake it. False whenever the loop is not the standard library's (uvloop, say)."""
+    try:
+        if loop._ready or any(not h.cancelled() for h in loop._scheduled):  # type: ignore[attr-defined]
+            return False
+        wakeup = loop._ssock.fileno()  # type: ignore[attr-defined]
+        watched = loop._selector.get_map().values()  # type: ignore[attr-defined]
+        if any(key.fd != wakeup for key in watched):
+            return False
+        executor = loop._default_executor  # type: ignore[attr-defined]
+        if executor is not None and (
+            executor._work_queue.qsize() or len(executor._threads) > executor._idle_semaphore._value
+        ):
+            return False
+        return limiter.borrowed_tokens == 0
+    except Exception:
+        return False
+
+
+def _timeout_error(
+    request: httpx.Request, timeout: float, *, stalled: bool, detail: str = ""
+) -> DeliveryTimeoutError:
+    return DeliveryTimeoutError(
+        str(request.url),
+        request.headers.get("Upstash-Message-Id", "?"),
+        timeout,
+        stalled=stalled,
+        detail=detail,
+    )
+
+
+_ABANDON = (
+    "abandon_on_cancel"
+    if "abandon_on_cancel" in inspect.signature(anyio.to_thread.run_sync).parameters
+    else "cancellable"  # AnyIO before 4.1
+)
+
+
+async def _run_sync_abandoning(func: Callable[..., _T], *args: Any) -> _T:
+    run_sync: Callable[..., Awaitable[_T]] = anyio.to_thread.run_sync
+    return await run_sync(func, *args, **{_ABANDON: True})
+
+
+# -- test clients ---------------------------------------------------------------------------
+def _test_client_app(client: Any) -> tuple[Any, str]:
+    """A Starlette TestClient's app as its own requests reach it: with a copy of the
+    lifespan's state in the scope, and its root path."""
+    app, state = client.app, client.app_state
+
+    async def with_state(scope: Any, receive: Any, send: Any) -> None:
+        scope["state"] = state.copy()
+        await app(scope, receive, send)
+
+    return with_state, getattr(getattr(client, "_transport", None), "root_path", "") or ""
+
+
+def _through_sync_client(mount: Mount, request: httpx.Request) -> Outcome:
+    __tracebackhide__ = True
+    client = mount.app
+    try:
+        if mount.client == "httpx":
+            response = client.send(request, auth=None, follow_redirects=False)
+            return Outcome.of_response(response)
+        if mount.client == "werkzeug":
+            return _werkzeug_outcome(client.open(**_werkzeug_args(request)))
+        return _django_outcome(client.generic(**_django_args(request)))
+    except QStashFakeError:
+        raise
+    except httpx.TransportError as exc:  # the client's transport could not answer
+        return Outcome(None, httpx.Headers(), b"", f"{type(exc).__name__}: {exc}")
+
+
+async def _through_async_client(mount: Mount, request: httpx.Request) -> Outcome:
+    __tracebackhide__ = True
+    client = mount.app
+    try:
+        if mount.client == "httpx-async":
+            response = await client.send(request, auth=None, follow_redirects=False)
+            await response.aread()
+            return Outcome.of_response(response)
+        # AsyncClient.generic() always adds `Host: testserver`: the scope is built here.
+        return _django_outcome(await client.request(**_django_scope(request)))
+    except httpx.TransportError as exc:
+        return Outcome(None, httpx.Headers(), b"", f"{type(exc).__name__}: {exc}")
+
+
+def _werkzeug_args(request: httpx.Request) -> dict[str, Any]:
+    url = request.url
+    return {
+        "path": url.raw_path.decode("ascii"),  # path and query, as sent
+        "base_url": f"{url.scheme}://{url.netloc.decode('ascii')}",
+        "method": request.method,
+        "headers": [
+            (k, v) for k, v in request.headers.multi_items() if k.lower() != "content-length"
+        ],
+        "data": request.content,
+    }
+
+
+def _werkzeug_outcome(response: Any) -> Outcome:
+    headers = httpx.Headers(list(response.headers.items()))
+    return Outcome(response.status_code, headers, response.get_data())
+
+
+def _django_args(request: httpx.Request) -> dict[str, Any]:
+    url = request.url
+    headers: dict[str, str] = {}
+    for key, value in request.headers.multi_items():
+        if key.lower() in ("content-type", "content-length"):
+            continue
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    return {
+        "method": request.method,
+        "path": url.raw_path.decode("ascii"),
+        "data": request.content,
+        "content_type": request.headers.get("content-type", "application/octet-stream"),
+        "secure": url.scheme == "https",
+        "headers": headers,
+        "SERVER_PORT": str(url.port or (443 if url.scheme == "https" else 80)),
+    }
+
+
+def _django_scope(request: httpx.Request) -> dict[str, Any]:
+    # Only ever called for a Django client, so Django is there; untyped, hence the lookup.
+    fake_payload = importlib.import_module("django.test.client").FakePayload
+    url = request.url
+    return {
+        "method": request.method,
+        "path": url.path,
+        "query_string": url.query.decode("ascii"),
+        "scheme": url.scheme,
+        "server": (url.host, str(url.port or (443 if url.scheme == "https" else 80))),
+        "headers": [(k.lower(), v) for k, v in request.headers.raw],
+        "_body_file": fake_payload(request.content),
+    }
+
+
+def _django_outcome(response: Any) -> Outcome:
+    pairs = list(response.items())
+    pairs += [("Set-Cookie", morsel.OutputString()) for morsel in response.cookies.values()]
+    headers = httpx.Headers(pairs)
+    if getattr(response, "streaming", False):
+        content = b"".join(response.streaming_content)
+    else:
+        content = response.content
+    return Outcome(response.status_code, headers, content)
 
 
 async def _awaited(awaitable: Awaitable[Any]) -> Any:
@@ -328,10 +680,11 @@ def _ssl_context() -> ssl.SSLContext:
 
 
 def _network_failure(exc: Exception) -> Outcome:
-    """A request no interceptor matched is unrouted; an httpx transport error (a respx side
-    effect raising ConnectError, a refused loopback port) is a failed attempt with no
-    response, as on QStash; any other exception is a bug in the code that answered (a respx
-    side effect, a pytest-httpx callback), handled as an app's exception."""
+    """A request no interceptor matched is unrouted, and so is one to a loopback port nothing
+    listens on (no interceptor active); an httpx transport error (a respx side effect raising
+    ConnectError) is a failed attempt with no response, as on QStash; any other exception is a
+    bug in the code that answered (a respx side effect, a pytest-httpx callback), handled as
+    an app's exception."""
     name = type(exc).__name__
     if isinstance(exc, AllMockedAssertionError):
         raise Unrouted("the active respx routes do not match it") from exc
@@ -342,38 +695,17 @@ def _network_failure(exc: Exception) -> Outcome:
         raise Unrouted("pytest-httpx has no response registered for it") from exc
     if not isinstance(exc, httpx.TransportError):
         return Outcome.of_exception(exc)
-    error = f"{name}: {exc}"
     request = getattr(exc, "_request", None)
     if (
         isinstance(exc, httpx.ConnectError)
         and isinstance(request, httpx.Request)
         and is_loopback(request.url.host)
+        and not user_interceptors_active()
     ):
-        error += (
-            f" (nothing listens at {request.url.scheme}://{request.url.netloc.decode()}: "
-            "if the app under test should answer there, mount it with qstash.mount(...))"
-        )
-    return Outcome(None, httpx.Headers(), b"", error)
-
-
-def _unrecord_in_pytest_httpx(request: httpx.Request) -> None:
-    """pytest-httpx keeps every request it could not answer, to fail the test at teardown. The
-    fake only asked whether anything would answer this one: the answer (no) is the fake's
-    UnroutedDeliveryError, so the request comes off pytest-httpx's list. Its mock is found in
-    the closure of the transport method it patched; if that ever changes, nothing is done."""
-    for patched in (
-        httpx.HTTPTransport.handle_request,
-        httpx.AsyncHTTPTransport.handle_async_request,
-    ):
-        for cell in getattr(patched, "__closure__", None) or ():
-            try:
-                mock = cell.cell_contents
-            except ValueError:  # an empty cell
-                continue
-            not_matched = getattr(mock, "_requests_not_matched", None)
-            if isinstance(not_matched, list) and any(r is request for r in not_matched):
-                not_matched[:] = [r for r in not_matched if r is not request]
-                seen = getattr(mock, "_requests", None)
-                if isinstance(seen, list):
-                    seen[:] = [entry for entry in seen if entry[1] is not request]
-                return
+        # A dev PUBLIC_URL (http://localhost:8000) with no server behind it: the app under
+        # test was meant to answer, not a real endpoint that happens to be down.
+        raise Unrouted(
+            f"nothing listens at {request.url.scheme}://{request.url.netloc.decode()}: "
+            "mount the app"
+        ) from exc
+    return Outcome(None, httpx.Headers(), b"", f"{name}: {exc}")
