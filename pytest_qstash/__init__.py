@@ -17,16 +17,27 @@ from .errors import (
 from .fake import FakeQStash
 from .intercept import QStashOutsideFakeWarning
 from .query import Found
-from .state.models import Delivery, DlqEntry, Event, FlowControl, Message, MessageState
+from .state.models import (
+    ApiCall,
+    Delivery,
+    DeliveryKind,
+    DlqEntry,
+    Event,
+    FlowControl,
+    Message,
+    MessageState,
+)
 from .state.queues import Queue
 from .state.schedules import Schedule
 from .state.url_groups import Endpoint, UrlGroup
 from .state.workflows import WorkflowRun, WorkflowStep
 
 __all__ = [
+    "ApiCall",
     "AppClockWarning",
     "AsyncContextError",
     "Delivery",
+    "DeliveryKind",
     "DeliveryLoopError",
     "DeliveryTimeoutError",
     "DlqEntry",

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import difflib
 import math
 import re
 import sys
 import time
+from collections import deque
 from datetime import datetime, timezone
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
-from . import api
+from . import api, sslcache
 from .api.faults import Fault, FaultTable
 from .appclock import AppClock, NoAppClock, make_app_clock
 from .delivery.dispatcher import Dispatcher, DispatchSettings
@@ -27,7 +29,15 @@ from .query import Found
 from .state.account import Account
 from .state.clock import DueEvent, VirtualClock
 from .state.ids import IdGenerator
-from .state.models import LATEST_MS, Delivery, DlqEntry, Event, Message, ms_to_datetime
+from .state.models import (
+    LATEST_MS,
+    ApiCall,
+    Delivery,
+    DlqEntry,
+    Event,
+    Message,
+    ms_to_datetime,
+)
 from .state.plans import DEFAULT_PLAN, plan_named
 from .state.queues import Queue
 from .state.retry import DEFAULT_RETRIES
@@ -36,6 +46,9 @@ from .state.store import DEFAULT_DEDUP_WINDOW_MS, Store
 from .state.trigger import trigger_run
 from .state.url_groups import UrlGroup
 from .state.workflows import WorkflowRun
+
+#: How many API calls ``qstash.api_calls`` keeps (the newest).
+API_CALLS_KEPT = 1_000
 
 
 class FakeQStash:
@@ -144,6 +157,11 @@ class FakeQStash:
             handler_times=self._handler_times,
         )
         self._active = False
+        # Bounded: a call holds its headers and answer (about 2.6 KB), and a suite that
+        # publishes 100k messages in one test must not hold them all.
+        self._api_calls: deque[ApiCall] = deque(maxlen=API_CALLS_KEPT)
+        #: DLQ entries the test has read (``qstash.dlq``, or the DLQ through the API).
+        self._dlq_read: set[str] = set()
 
     # -- settings, as given (read-only: they shape the fake when it is built) ---------------
     @property
@@ -168,6 +186,7 @@ class FakeQStash:
         if not self._active:
             self._app_clock.start(self.clock.now_ms)
             self.router.start()
+            sslcache.acquire()  # default httpx clients share one TLS context meanwhile
             self._active = True
             try:
                 self._sender.start_lifespans()
@@ -182,6 +201,7 @@ class FakeQStash:
             try:
                 self.router.stop(quiet=True)
             finally:
+                sslcache.release()
                 self._app_clock.stop()
                 self._sender.close()
 
@@ -293,8 +313,24 @@ class FakeQStash:
         return message
 
     def handle(self, request: httpx.Request) -> httpx.Response:
-        """Answer one QStash API request (what the interception calls)."""
-        return api.handle(self.store, request, self._faults)
+        """Answer one QStash API request (what the interception calls); each is kept in
+        ``api_calls``."""
+        path = request.url.raw_path.decode("ascii").partition("?")[0]
+        sent = (request.method, path, request.url, request.headers, request.content)
+        at_ms = self.clock.now_ms
+        try:
+            response = api.handle(self.store, request, self._faults)
+        except Exception as exc:  # an injected network error: the client gets no answer
+            self._api_calls.append(
+                ApiCall(*sent, at_ms, None, error=f"{type(exc).__name__}: {exc}")
+            )
+            raise
+        self._api_calls.append(
+            ApiCall(*sent, at_ms, response.status_code, response.headers, response.content)
+        )
+        if request.method == "GET" and response.status_code == 200 and path.startswith("/v2/dlq"):
+            self._dlq_read.update(self.store.dlq)  # listed (or fetched) through the API
+        return response
 
     def fail_next(
         self,
@@ -343,28 +379,32 @@ class FakeQStash:
     def now(self) -> datetime:
         return self.clock.now
 
-    def tick(self) -> list[Delivery]:
-        """Deliver everything due now (and whatever that publishes for now), in order."""
+    def tick(self) -> Found[Delivery]:
+        """Deliver everything due now (and whatever that publishes for now), in order.
+        Returns the deliveries made, callbacks included (``.filter(kind="message")`` leaves
+        them out)."""
         __tracebackhide__ = True
         self._dispatcher.refuse_reentry()
         _refuse_inside_loop("tick()", "atick()")
-        return self._dispatcher.run(self.clock.now_ms)
+        return _made(self._dispatcher.run(self.clock.now_ms))
 
-    def advance(self, duration: Duration) -> list[Delivery]:
-        """Move time forward by ``duration``, delivering each due message at its own time."""
+    def advance(self, duration: Duration) -> Found[Delivery]:
+        """Move time forward by ``duration``, delivering each due message at its own time.
+        Returns the deliveries made, as ``tick()``."""
         __tracebackhide__ = True
         self._dispatcher.refuse_reentry()
         _refuse_inside_loop("advance(...)", "aadvance(...)")
-        return self._dispatcher.run(self._target(duration))
+        return _made(self._dispatcher.run(self._target(duration)))
 
-    def advance_to(self, moment: datetime | str) -> list[Delivery]:
-        """Move time forward to ``moment``, delivering each due message at its own time."""
+    def advance_to(self, moment: datetime | str) -> Found[Delivery]:
+        """Move time forward to ``moment``, delivering each due message at its own time.
+        Returns the deliveries made, as ``tick()``."""
         __tracebackhide__ = True
         self._dispatcher.refuse_reentry()
         _refuse_inside_loop("advance_to(...)", "aadvance_to(...)")
-        return self._dispatcher.run(self._moment(moment))
+        return _made(self._dispatcher.run(self._moment(moment)))
 
-    def drain(self, within: Duration = "30d") -> list[Delivery]:
+    def drain(self, within: Duration = "30d") -> Found[Delivery]:
         """Deliver everything pending, each at its own due time, until nothing more is due
         before ``within`` from now, the moment of the call (default 30 days). Unlike
         ``advance(within)``, the clock stops at the last thing delivered, not at the limit:
@@ -381,9 +421,9 @@ class FakeQStash:
             if stuck and not delivered:
                 break  # due, yet nothing could be delivered: never spin on it
             made += delivered
-        return made
+        return _made(made)
 
-    async def adrain(self, within: Duration = "30d") -> list[Delivery]:
+    async def adrain(self, within: Duration = "30d") -> Found[Delivery]:
         __tracebackhide__ = True
         limit = self._target(within)
         made = await self._dispatcher.arun(self.clock.now_ms)
@@ -393,7 +433,7 @@ class FakeQStash:
             if stuck and not delivered:
                 break
             made += delivered
-        return made
+        return _made(made)
 
     def _drain_step(self, limit_ms: int, made: int) -> tuple[int, bool] | None:
         """Where a drain goes next (the next due moment, and whether it is already due), or
@@ -413,17 +453,17 @@ class FakeQStash:
             )
         return max(due, self.clock.now_ms), due <= self.clock.now_ms
 
-    async def atick(self) -> list[Delivery]:
+    async def atick(self) -> Found[Delivery]:
         __tracebackhide__ = True
-        return await self._dispatcher.arun(self.clock.now_ms)
+        return _made(await self._dispatcher.arun(self.clock.now_ms))
 
-    async def aadvance(self, duration: Duration) -> list[Delivery]:
+    async def aadvance(self, duration: Duration) -> Found[Delivery]:
         __tracebackhide__ = True
-        return await self._dispatcher.arun(self._target(duration))
+        return _made(await self._dispatcher.arun(self._target(duration)))
 
-    async def aadvance_to(self, moment: datetime | str) -> list[Delivery]:
+    async def aadvance_to(self, moment: datetime | str) -> Found[Delivery]:
         __tracebackhide__ = True
-        return await self._dispatcher.arun(self._moment(moment))
+        return _made(await self._dispatcher.arun(self._moment(moment)))
 
     def next_due(self) -> datetime | None:
         """When the next delivery, end of an attempt in flight, or cron firing is due, or None
@@ -482,7 +522,39 @@ class FakeQStash:
 
     @property
     def dlq(self) -> Found[DlqEntry]:
+        self._dlq_read.update(self.store.dlq)  # read: strict_teardown does not ask for it
         return Found(self.store.dlq.values(), "DLQ entry")
+
+    @property
+    def api_calls(self) -> Found[ApiCall]:
+        """The QStash API calls made while the fake was active (by the app, the SDK, the
+        test), in order, each with the fake's answer: rejected ones too. The newest 1,000
+        are kept."""
+        return Found(self._api_calls, "API call")
+
+    def _due_now(self) -> list[Message]:
+        """Messages due at or before ``qstash.now`` that nothing has delivered yet (what a
+        ``tick()`` would deliver first); held ones (a paused queue or flow-control key)
+        are not due."""
+        now = self.clock.now_ms
+        due: list[Message] = []
+        for event in self.clock.pending():
+            if event.due_ms > now:
+                break  # events come in due order
+            if event.kind != "deliver":
+                continue
+            due_ms = self.store.live_due_ms(event)
+            if due_ms is None or due_ms > now:
+                continue
+            message = self.store.messages.get(event.target)
+            if message is not None and message not in due:
+                due.append(message)
+        return due
+
+    def _unread_dlq(self) -> list[DlqEntry]:
+        """DLQ entries the test never read: not through ``qstash.dlq``, nor listed or
+        fetched through the API, since they were dead-lettered."""
+        return [entry for entry in self.store.dlq.values() if entry.dlq_id not in self._dlq_read]
 
     @property
     def events(self) -> Found[Event]:
@@ -558,6 +630,12 @@ class FakeQStash:
     def next_signing_key(self) -> str:
         return self.account.next_signing_key
 
+    if not TYPE_CHECKING:  # type checkers keep flagging unknown attributes themselves
+
+        def __getattr__(self, name: str) -> Any:
+            # Only called for a name that is not there: say why, when we can tell.
+            raise AttributeError(_missing_attribute(self, name))
+
     def __repr__(self) -> str:
         pending = sum(1 for _ in self.store.pending())
         return (
@@ -565,6 +643,42 @@ class FakeQStash:
             f"pending={pending} deliveries={len(self._dispatcher.deliveries)} "
             f"dlq={len(self.store.dlq)}>"
         )
+
+
+def _made(deliveries: list[Delivery]) -> Found[Delivery]:
+    return Found(deliveries, "delivery")
+
+
+#: Public names of the ``qstash`` SDK module, should it not be importable here.
+_SDK_NAMES = frozenset({"QStash", "AsyncQStash", "Receiver", "errors"})
+
+
+def _sdk_names() -> frozenset[str]:
+    try:
+        import qstash
+    except ImportError:
+        return _SDK_NAMES
+    return _SDK_NAMES | frozenset(getattr(qstash, "__all__", ()))
+
+
+def _missing_attribute(obj: object, name: str) -> str:
+    cls = type(obj)
+    said = f"{cls.__name__!r} object has no attribute {name!r}"
+    if name.startswith("_"):
+        return said  # probes (pytest, mock, copy, pickle) ask for these: keep them cheap
+    if hasattr(cls, name):
+        # A property that raised AttributeError inside: do not pretend it is missing.
+        return f"{said} (reading {cls.__name__}.{name} raised AttributeError)"
+    if name in _sdk_names():
+        return (
+            f"{said}: `qstash` here is pytest-qstash's fixture (a FakeQStash), not the "
+            f"qstash SDK module, which the test's `qstash` argument hides. Either import "
+            f"the name (`from qstash import {name}`), or request the fixture as "
+            f"`qstash_fake` (def test_x(qstash_fake): ...) so that `qstash` stays the module."
+        )
+    public = [n for n in dir(obj) if not n.startswith("_")]
+    close = difflib.get_close_matches(name, public, n=1)
+    return f"{said}. Did you mean: {close[0]!r}?" if close else said
 
 
 def _refuse_inside_loop(name: str, async_name: str) -> None:

@@ -9,18 +9,24 @@ from typing import Any
 
 import pytest
 
-from .appclock import LIBRARIES
+from .appclock import LIBRARIES, _time_machine_problem, make_app_clock
 from .fake import FakeQStash
-from .intercept import NetworkGuard, QStashOutsideFakeWarning
+from .intercept import KeepHttpxPatched, NetworkGuard, QStashOutsideFakeWarning
 from .report import section
 from .state.account import DEFAULT_ENV
+from .step_failures import StepFailureLog
 
 _FAKE_KEY = pytest.StashKey[FakeQStash]()
+_STEPS_KEY = pytest.StashKey[StepFailureLog]()
 _REPORTED_KEY = pytest.StashKey[bool]()
+_CALL_FAILED_KEY = pytest.StashKey[bool]()
 _GUARD_KEY = pytest.StashKey[NetworkGuard]()
 _OWNS_GUARD_KEY = pytest.StashKey[bool]()
+_KEEP_KEY = pytest.StashKey[KeepHttpxPatched]()
+_OWNS_KEEP_KEY = pytest.StashKey[bool]()
 
-#: Marker keywords: each is the FakeQStash keyword argument of the same name.
+#: Marker keywords: each is the FakeQStash keyword argument of the same name (but
+#: strict_teardown, which the fixture itself checks).
 MARKER_OPTIONS = (
     "start",
     "freeze_time",
@@ -35,22 +41,29 @@ MARKER_OPTIONS = (
     "delivery_timeout",
     "base_urls",
     "plan",
+    "strict_teardown",
 )
+#: What an ini option does, where its FakeQStash keyword's name does not say it.
+_INI_WHAT = {
+    "strict_teardown": (
+        "fail a test that leaves due messages undelivered or DLQ entries nobody read"
+    ),
+}
 _BOOL_INI = {
     "qstash_freeze_time": ("freeze_time", True),
     "qstash_raise_app_exceptions": ("raise_app_exceptions", True),
     "qstash_strict": ("strict", True),
+    "qstash_strict_teardown": ("strict_teardown", False),
 }
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    # pytest lists ini options in one block, without plugin headings: the common qstash_
+    # prefix keeps ours together there (and `-o qstash_...=...` sets one for a run).
     for name, (option, default) in _BOOL_INI.items():
-        parser.addini(
-            name,
-            f"default for the qstash fixture's {option} (default {default})",
-            type="bool",
-            default=default,
-        )
+        usual = f"default for the qstash fixture's {option} (default {str(default).lower()})"
+        what = _INI_WHAT.get(option)
+        parser.addini(name, f"{what}: {usual}" if what else usual, type="bool", default=default)
     parser.addini(
         "qstash_time_library",
         f"which library moves the app's clock: {', '.join(LIBRARIES)} (default auto)",
@@ -95,14 +108,55 @@ def pytest_configure(config: pytest.Config) -> None:
     _set_default_env()  # for `-p pytest_qstash.plugin` and pytester runs
     config.addinivalue_line(
         "markers",
-        "qstash(**options): settings for the qstash fixture, e.g. start='2026-01-01T00:00:00Z', "
-        "freeze_time=False, raise_app_exceptions=False, strict=False, default_retries=0",
+        "qstash(**options): settings for the qstash fixture, which a marked test gets even "
+        "without asking, e.g. start='2026-01-01T00:00:00Z', freeze_time=False, "
+        "raise_app_exceptions=False, strict=False, default_retries=0, strict_teardown=True",
     )
+    # One per process, as the guard below.
+    kept = KeepHttpxPatched.running()
+    config.stash[_KEEP_KEY] = kept or KeepHttpxPatched().started()
+    config.stash[_OWNS_KEEP_KEY] = kept is None
     if _bool_ini(config, "qstash_network_guard", at_configure=True):
         # One per process: a pytester run inside this session shares the running one.
         running = NetworkGuard.running()
         config.stash[_GUARD_KEY] = running or NetworkGuard().started()
         config.stash[_OWNS_GUARD_KEY] = running is None
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """One line saying how the fakes are set up, for whoever reads a CI log."""
+    return "qstash: " + ", ".join(_header_parts(config))
+
+
+def _header_parts(config: pytest.Config) -> list[str]:
+    try:
+        freeze = bool(config.getini("qstash_freeze_time"))
+        library = config.getini("qstash_time_library") or "auto"
+        clock = make_app_clock(library).name if freeze else "none"
+        if clock == "auto":  # chosen at each start: time-machine, unless it cannot import
+            clock = "time-machine" if _time_machine_problem() is None else "freezegun"
+    except (ValueError, pytest.UsageError):
+        clock = "?"  # a bad setting: said by the first test that uses the fixture
+    parts = [f"{clock} clock" if clock != "none" else "app clock not moved"]
+    parts.append(f"network guard {'on' if _GUARD_KEY in config.stash else 'off'}")
+    try:
+        if config.getini("qstash_strict_teardown"):
+            parts.append("strict teardown")
+    except (ValueError, pytest.UsageError):
+        pass
+    return parts
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # As time-machine's marker does: a marked test gets the fake, and the fake starts before
+    # the test's other function fixtures (an app fixture calling QStash is answered).
+    for item in items:
+        if (
+            isinstance(item, pytest.Function)
+            and item.get_closest_marker("qstash") is not None
+            and "qstash_fake" not in item.fixturenames
+        ):
+            item.fixturenames.insert(0, "qstash_fake")
 
 
 @pytest.hookimpl(trylast=True)
@@ -120,6 +174,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     guard = config.stash.get(_GUARD_KEY, None)
     if guard is not None and config.stash.get(_OWNS_GUARD_KEY, False):
         guard.stop(quiet=True)
+    kept = config.stash.get(_KEEP_KEY, None)
+    if kept is not None and config.stash.get(_OWNS_KEEP_KEY, False):
+        kept.stop(quiet=True)
 
 
 def _bool_ini(config: pytest.Config, name: str, *, at_configure: bool = False) -> bool:
@@ -168,6 +225,37 @@ def _settings(request: pytest.FixtureRequest) -> dict[str, Any]:
     return settings
 
 
+def _strict_teardown_problem(fake: FakeQStash) -> str | None:
+    """What a test left behind that ``strict_teardown`` fails it for, or None."""
+    due, unread = fake._due_now(), fake._unread_dlq()
+    if not due and not unread:
+        return None
+    lines = [
+        f"qstash strict_teardown: the test left work behind (virtual time {fake.now.isoformat()})"
+    ]
+    if due:
+        lines.append(f"{len(due)} message(s) due but never delivered:")
+        lines += [
+            f"  {m.message_id} {m.method} {m.url} {m.state} due since {m.not_before.isoformat()}"
+            for m in due[:10]
+        ]
+        lines += [f"  ... and {len(due) - 10} more"] if len(due) > 10 else []
+        lines.append("  deliver them with qstash.tick(), advance(...) or drain()")
+    if unread:
+        lines.append(f"{len(unread)} DLQ entr{'y' if len(unread) == 1 else 'ies'} nobody read:")
+        lines += [
+            f"  {e.dlq_id} {e.message_id} {e.url} response_status={e.response_status}"
+            for e in unread[:10]
+        ]
+        lines += [f"  ... and {len(unread) - 10} more"] if len(unread) > 10 else []
+        lines.append("  read qstash.dlq (or list the DLQ through the API) in the test")
+    lines.append(
+        "(on for this test by @pytest.mark.qstash(strict_teardown=True) or the ini option "
+        "qstash_strict_teardown; strict_teardown=False turns it off)"
+    )
+    return "\n".join(lines)
+
+
 @pytest.fixture
 def qstash_apps() -> dict[str, Any]:
     """Override to return ``{base_url: app}``; each app is mounted when the fake starts."""
@@ -186,9 +274,13 @@ def qstash_fake(
             pytrace=False,
         )
     settings = _settings(request)
+    strict_teardown = settings.pop("strict_teardown", False)
     problem: str | None = None
+    if not isinstance(strict_teardown, bool):
+        problem = f"invalid strict_teardown={strict_teardown!r}: expected True or False"
     try:
-        fake = FakeQStash(**settings)
+        if problem is None:
+            fake = FakeQStash(**settings)
     except (TypeError, ValueError) as exc:
         problem = str(exc)
     if problem is not None:
@@ -198,8 +290,15 @@ def qstash_fake(
         fake.mount(base_url, app)
     request.node.stash[_FAKE_KEY] = fake
     request.node.stash[_REPORTED_KEY] = False  # a rerun of the test reports afresh
-    with fake:
+    request.node.stash[_CALL_FAILED_KEY] = False
+    steps = request.node.stash[_STEPS_KEY] = StepFailureLog()
+    with fake, steps.listening():
         yield fake
+    # A test that failed already has its report: leftovers would only add noise.
+    if strict_teardown and not request.node.stash.get(_CALL_FAILED_KEY, False):
+        problem = _strict_teardown_problem(fake)
+        if problem is not None:
+            pytest.fail(problem, pytrace=False)
 
 
 @pytest.fixture
@@ -215,16 +314,20 @@ def pytest_runtest_makereport(
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
     fake = item.stash.get(_FAKE_KEY, None)
+    steps = item.stash.get(_STEPS_KEY, None)
+    if call.when in ("setup", "call") and report.failed:
+        item.stash[_CALL_FAILED_KEY] = True
     # Items live for the whole session: holding each test's fake (its apps, messages and any
     # exception's traceback) past its test would keep them all in memory.
     if call.when == "teardown" and _FAKE_KEY in item.stash:
         del item.stash[_FAKE_KEY]
+        del item.stash[_STEPS_KEY]
     # A failure in setup (a fixture after the fake's), the call or teardown: the section once
     # per test, from the first failed phase.
     if fake is None or not report.failed or item.stash.get(_REPORTED_KEY, False):
         return
     # None when the fake saw nothing: an empty timeline is noise in a failure report.
-    text = section(fake.store, len(fake.deliveries))
+    text = section(fake.store, len(fake.deliveries), steps.by_run if steps else None)
     if text is not None:
         item.stash[_REPORTED_KEY] = True
         report.sections.append(("qstash", text))

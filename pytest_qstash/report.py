@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
 from .state.models import Delivery, Message, ms_to_datetime
 from .state.store import Store, is_non_retryable
+from .state.workflows import STEP, WorkflowRun
+from .step_failures import FailedStep
 
 _T = TypeVar("_T")
 
@@ -20,13 +23,17 @@ _LAST_REJECTED = 20
 _REFUSED_STATUSES = (400, 401, 403)
 
 
-def section(store: Store, deliveries_total: int) -> str | None:
+def section(
+    store: Store, deliveries_total: int, failed_steps: Mapping[str, FailedStep] | None = None
+) -> str | None:
     """The report section's text, or None when the fake saw nothing. Never raises: a broken
-    report must not turn a failing test into an INTERNALERROR for the whole session."""
+    report must not turn a failing test into an INTERNALERROR for the whole session.
+    ``failed_steps``: the step each workflow run failed at last, by run id, as the SDK
+    logged it (see ``step_failures``)."""
     try:
         if not _anything_happened(store):
             return None
-        return timeline(store, deliveries_total)
+        return timeline(store, deliveries_total, failed_steps or {})
     except Exception as exc:  # any bug here must stay inside the section
         return f"qstash report failed: {type(exc).__name__}: {exc}"
 
@@ -35,8 +42,20 @@ def _anything_happened(store: Store) -> bool:
     return bool(store.messages or store.schedules or store.workflows.runs or len(store.api_errors))
 
 
-def timeline(store: Store, deliveries_total: int) -> str:
+def timeline(
+    store: Store, deliveries_total: int, failed_steps: Mapping[str, FailedStep] | None = None
+) -> str:
     now = store.clock.now_ms
+    # What failed first: a failing workflow step is what the reader is looking for, and
+    # the message list below shows it only as "the delivery after the step that worked".
+    failing: list[str] = []
+    shown: set[str] = set()  # messages whose attempts the failing-step lines list already
+    for run in store.workflows:
+        lines_of_run = _failing_step_lines(store, run, (failed_steps or {}).get(run.run_id))
+        found = _failing_message(store, run)
+        if lines_of_run and found is not None:
+            failing.extend(lines_of_run)
+            shown.add(found.message_id)
     summary = (
         f"{len(store.messages)} message(s), {deliveries_total} delivery attempt(s), "
         f"{len(store.dlq)} in the DLQ"
@@ -45,24 +64,26 @@ def timeline(store: Store, deliveries_total: int) -> str:
         summary += f", {len(store.schedules)} schedule(s)"
     if store.api_errors.total:
         summary += f", {store.api_errors.total} rejected API call(s)"
-    lines = [f"virtual time now: {_when(now)}", summary]
+    lines = [*failing, f"virtual time now: {_when(now)}", summary]
 
     dlq_ids = {entry.message_id: entry.dlq_id for entry in store.dlq.values()}
     first, skipped, last = _head_tail(
         list(store.messages.values()), _FIRST_MESSAGES, _LAST_MESSAGES
     )
     for message in first:
-        lines.extend(_message_lines(message, now, dlq_ids.get(message.message_id)))
+        lines.extend(_message_lines(store, message, now, dlq_ids.get(message.message_id), shown))
     if skipped:
         lines.append(f"  ... {skipped} more message(s) ...")
     for message in last:
-        lines.extend(_message_lines(message, now, dlq_ids.get(message.message_id)))
+        lines.extend(_message_lines(store, message, now, dlq_ids.get(message.message_id), shown))
 
     lines.extend(_schedule_lines(store))
     lines.extend(_rejected_lines(store))
     for run in store.workflows:
         steps = ", ".join(f"{step.name} ({step.type})" for step in run.steps) or "none yet"
-        lines.append(f"  workflow run {run.run_id} at {run.url} {run.state}; steps: {steps}")
+        failed = _failing_step(store, run, (failed_steps or {}).get(run.run_id))
+        at = f" at {failed[1]} (shown first, above)" if failed and run.state == "RUN_FAILED" else ""
+        lines.append(f"  workflow run {run.run_id} at {run.url} {run.state}{at}; steps: {steps}")
         if run.state == "RUN_STARTED" and _stalled_at_a_plain_endpoint(run.messages):
             lines.append(
                 "    stalled: the last delivery was answered 2xx without "
@@ -91,8 +112,128 @@ def _stalled_at_a_plain_endpoint(messages: Sequence[Message]) -> bool:
     )
 
 
-def _message_lines(message: Message, now_ms: int, dlq_id: str | None) -> list[str]:
+def _failing_message(store: Store, run: WorkflowRun) -> Message | None:
+    """The step message whose deliveries fail: the one that failed the run, or the newest
+    one of a running run that is being retried."""
+    entry = store.dlq.get(run.dlq_id) if run.dlq_id is not None else None
+    if run.state == "RUN_FAILED" and entry is not None:
+        return entry.message
+    if run.state not in ("RUN_STARTED", "RUN_FAILED"):
+        return None
+    # A running run's step being retried; or, once the DLQ entry is gone (deleted by the
+    # test), the message that failed the run.
+    wanted = (
+        (lambda m: not m.done) if run.state == "RUN_STARTED" else (lambda m: m.state == "FAILED")
+    )
+    for message in reversed(run.messages):
+        found = store.workflows.membership(message.message_id)
+        last = message.last_delivery
+        if found is None or found[1] != STEP or last is None or last.ok or not wanted(message):
+            continue
+        return message
+    return None
+
+
+def _failing_step(
+    store: Store, run: WorkflowRun, logged: FailedStep | None
+) -> tuple[Message, str] | None:
+    """The message whose deliveries fail and the step they fail at, as words."""
+    message = _failing_message(store, run)
+    if message is None or not message.deliveries:
+        return None
+    found = store.workflows.membership(message.message_id)
+    if found is not None and found[1] != STEP:  # a context.call's result, say
+        return message, f"its {found[1]} message"
+    carried = next((step for step in run.steps if step.message is message), None)
+    # A step message's delivery replays the steps so far and runs the next one.
+    number = 1 if carried is None else carried.step_id + 1
+    if logged is not None and logged.number == number:
+        return message, f"step {number}, {logged.name!r} ({logged.type})"
+    if carried is None:
+        return message, f"step {number}, its first step"
+    return message, f"step {number}, the one after {carried.name!r} ({carried.type})"
+
+
+def _failing_step_lines(store: Store, run: WorkflowRun, logged: FailedStep | None) -> list[str]:
+    failing = _failing_step(store, run, logged)
+    if failing is None:
+        return []
+    message, step = failing
+    last = message.deliveries[-1]
+    what = "failed at" if run.state == "RUN_FAILED" else "is retrying"
+    lines = [
+        f"workflow run {run.run_id} at {run.url} {what} {step}: {_error_of(last)}",
+    ]
+    attempts = len(message.deliveries)
+    if run.state == "RUN_FAILED":
+        if run.dlq_id in store.dlq:
+            where = f"now in the DLQ as dlq_id={run.dlq_id}"
+        else:
+            where = f"its DLQ entry {run.dlq_id} since deleted"
+    else:
+        where = f"next attempt due {_when(message.not_before_ms)}"
+    lines.append(
+        f"  {attempts} attempt(s) of {message.message_id} "
+        f"(retried={message.retried}/{message.max_retries}), {where}:"
+    )
+    first, skipped, tail = _head_tail(message.deliveries, _FIRST_ATTEMPTS, _LAST_ATTEMPTS)
+    lines.extend(f"    {_when(d.at_ms)} retried={d.retried} -> {_error_of(d)}" for d in first)
+    if skipped:
+        lines.append(f"    ... {skipped} more attempt(s) ...")
+    lines.extend(f"    {_when(d.at_ms)} retried={d.retried} -> {_error_of(d)}" for d in tail)
+    before = ", ".join(f"{s.name} ({s.type})" for s in run.steps) or "none"
+    lines.append(f"  steps that succeeded before it: {before}")
+    if run.failure_function_state is not None:
+        lines.append(f"  failure callback: {run.failure_function_state}")
+    return lines
+
+
+def _error_of(delivery: Delivery) -> str:
+    """What the app said: upstash-workflow answers a failed step with ``{"error": <class>,
+    "message": <str(exception)>}``."""
+    if delivery.status is None:
+        return str(delivery.error)
+    if delivery.error:
+        return f"{delivery.status} ({delivery.error})"
+    try:
+        answer = json.loads(delivery.response_content)
+    except ValueError:
+        answer = None
+    if isinstance(answer, dict) and isinstance(answer.get("error"), str):
+        text = f"{answer['error']}: {answer.get('message', '')}"
+        return f"{delivery.status} {_clip(' '.join(text.split()), 200)}"
+    body = f" {_short(delivery.response_body, 160)}" if delivery.response_content else ""
+    return f"{delivery.status}{body}"
+
+
+def _run_position(store: Store, message: Message) -> str | None:
+    """Where a workflow step message stands in its run: the result of the step it carries
+    (its delivery runs the step after it), or the run's start."""
+    if message.workflow_run_id is None:
+        return None
+    found = store.workflows.membership(message.message_id)
+    if found is None or found[1] != STEP:
+        return None
+    run = found[0]
+    if run.messages and run.messages[0] is message:
+        return f"run {run.run_id}: start"
+    carried = next((step for step in run.steps if step.message is message), None)
+    if carried is None:
+        return None
+    return f"run {run.run_id}: carries {carried.name!r}, runs the step after it"
+
+
+def _message_lines(
+    store: Store,
+    message: Message,
+    now_ms: int,
+    dlq_id: str | None,
+    shown: set[str] | frozenset[str] = frozenset(),
+) -> list[str]:
     extras = []
+    position = _run_position(store, message)
+    if position:
+        extras.append(position)
     if message.queue:
         extras.append(f"queue={message.queue}")
     if message.url_group:
@@ -114,6 +255,9 @@ def _message_lines(message: Message, now_ms: int, dlq_id: str | None) -> list[st
         f"retried={message.retried}/{message.max_retries}{due}{dlq}{extra} "
         f"body={_short(message.body)}"
     ]
+    if message.message_id in shown:
+        lines.append(f"    {len(message.deliveries)} attempt(s), shown first, above")
+        return lines
     first, skipped, last = _head_tail(message.deliveries, _FIRST_ATTEMPTS, _LAST_ATTEMPTS)
     lines.extend(_attempt_line(delivery) for delivery in first)
     if skipped:

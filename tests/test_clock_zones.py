@@ -61,7 +61,7 @@ def test_signatures_verify_across_daylight_saving(
 ) -> None:
     web = make_fastapi_app()
     qstash.mount(BASE, web.app)
-    assert qstash.now == START  # under a suite's own freezer: from its frozen moment
+    assert qstash.now == START
     assert_app_clock_is(START)
     client.message.publish(url=f"{BASE}/webhook", body="now")
     client.message.publish(url=f"{BASE}/webhook", body="in a month", delay="30d")

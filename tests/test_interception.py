@@ -293,3 +293,29 @@ def test_an_unrouted_delivery_beside_pytest_httpx_is_only_the_fakes_error(
         "https://nobody.test/x",
         "https://partner.test/hook",
     ]
+
+
+# -- between fakes: respx's httpx patch stays for the session, answering nothing -----------------
+def test_without_a_fake_pytest_httpx_answers_as_ever(httpx_mock: HTTPXMock) -> None:
+    httpx_mock.add_response(url=f"{OTHER}/users/1", json={"by": "pytest-httpx"})
+
+    assert httpx.get(f"{OTHER}/users/1").json() == {"by": "pytest-httpx"}
+
+
+def test_without_a_fake_a_respx_route_answers_as_ever(respx_mock: respx.MockRouter) -> None:
+    route = respx_mock.get(f"{OTHER}/users/1").respond(json={"by": "respx"})
+
+    assert httpx.get(f"{OTHER}/users/1").json() == {"by": "respx"}
+    assert route.call_count == 1
+
+
+def test_without_a_fake_an_unmocked_request_reaches_its_transport() -> None:
+    seen: list[str] = []
+
+    def app(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        return httpx.Response(200, text="real transport")
+
+    with httpx.Client(transport=httpx.MockTransport(app)) as client:
+        assert client.get(f"{OTHER}/users/1").text == "real transport"
+    assert seen == [f"{OTHER}/users/1"]

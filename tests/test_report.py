@@ -272,7 +272,9 @@ def test_a_workflow_refusing_the_signature_adds_the_hint(pytester: pytest.Pytest
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*attempt retried=0 -> 500 *Failed to verify that the Workflow request comes from*",
+            "workflow run wfr_* at https://shop.test/order is retrying step 1, its first step: "
+            "500 WorkflowError: Failed to verify that the Workflow request comes from*",
+            "    *retried=0 -> 500 WorkflowError: Failed to verify*",
             "hint: the app could not verify a delivery's signature. If the app verifies*",
         ]
     )
@@ -454,5 +456,173 @@ def test_a_run_triggered_at_a_plain_endpoint_is_called_stalled(pytester: pytest.
         [
             "*workflow run wfr_* at https://shop.test/order RUN_STARTED; steps: none yet",
             "*stalled: the last delivery was answered 2xx without Upstash-Workflow-Sdk-Version*",
+        ]
+    )
+
+
+FAILING_WORKFLOW = """
+from fastapi import FastAPI
+from upstash_workflow.fastapi import Serve
+
+app = FastAPI()
+serve = Serve(app)
+
+
+@serve.post("/charge", retries=2)
+async def charge(context):
+    async def reserve():
+        return "reserved"
+
+    async def pay():
+        raise RuntimeError("card declined")
+
+    await context.run("reserve", reserve)
+    await context.run("pay", pay)
+"""
+
+
+def test_a_failed_workflow_run_names_its_failing_step_first(pytester: pytest.Pytester) -> None:
+    # The failed message carries step 'reserve' (its delivery runs the step after it): the
+    # report must not read as if 'reserve' failed.
+    result = _run(
+        pytester,
+        FAILING_WORKFLOW
+        + """
+
+def test_checkout(qstash):
+    qstash.mount("https://shop.test", app)
+    qstash.trigger("https://shop.test/charge", {"order": 7})
+    qstash.drain()
+    assert qstash.runs[0].state == "RUN_SUCCESS"
+""",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*- qstash -*",
+            "workflow run wfr_* at https://shop.test/charge failed at step 2, 'pay' (Run): "
+            "500 RuntimeError: card declined",
+            "  3 attempt(s) of msg_* (retried=2/2), now in the DLQ as dlq_id=*:",
+            "    *+00:00 retried=0 -> 500 RuntimeError: card declined",
+            "    *+00:00 retried=1 -> 500 RuntimeError: card declined",
+            "    *+00:00 retried=2 -> 500 RuntimeError: card declined",
+            "  steps that succeeded before it: reserve (Run)",
+            "virtual time now: *",
+            "2 message(s), 4 delivery attempt(s), 1 in the DLQ",
+            "  msg_* POST https://shop.test/charge DELIVERED retried=0/3 [[]run wfr_*: start] *",
+            "  msg_* POST https://shop.test/charge FAILED retried=2/2 dlq_id=* "
+            "[[]run wfr_*: carries 'reserve', runs the step after it] body=*",
+            "    3 attempt(s), shown first, above",
+            "  workflow run wfr_* at https://shop.test/charge RUN_FAILED at step 2, 'pay' (Run) "
+            "(shown first, above); steps: reserve (Run)",
+        ]
+    )
+
+
+def test_a_workflow_step_being_retried_is_shown_first_too(pytester: pytest.Pytester) -> None:
+    result = _run(
+        pytester,
+        FAILING_WORKFLOW
+        + """
+
+def test_checkout(qstash):
+    qstash.mount("https://shop.test", app)
+    qstash.trigger("https://shop.test/charge", {"order": 7})
+    qstash.tick()
+    assert qstash.runs[0].state == "RUN_SUCCESS"
+""",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*- qstash -*",
+            "workflow run wfr_* at https://shop.test/charge is retrying step 2, 'pay' (Run): "
+            "500 RuntimeError: card declined",
+            "  1 attempt(s) of msg_* (retried=1/2), next attempt due *:",
+            "  steps that succeeded before it: reserve (Run)",
+        ]
+    )
+
+
+def test_without_the_sdks_log_the_failing_step_is_placed_by_its_neighbour(
+    pytester: pytest.Pytester,
+) -> None:
+    # The name comes from what upstash-workflow logs; with that logger silenced the report
+    # still says which step failed, by its position.
+    result = _run(
+        pytester,
+        FAILING_WORKFLOW
+        + """
+
+import logging
+
+
+def test_checkout(qstash, monkeypatch):
+    # The inner run shares this process's loggers: monkeypatch puts the logger back.
+    monkeypatch.setattr(logging.getLogger("upstash_workflow.asyncio.serve.serve"), "disabled", True)
+    qstash.mount("https://shop.test", app)
+    qstash.trigger("https://shop.test/charge", {"order": 7})
+    qstash.drain()
+    assert qstash.runs[0].state == "RUN_SUCCESS"
+""",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "workflow run wfr_* failed at step 2, the one after 'reserve' (Run): "
+            "500 RuntimeError: card declined",
+        ]
+    )
+
+
+def test_the_sync_sdks_failing_step_is_named_too() -> None:
+    from workflow_apps import Journal, flask_workflow_app
+
+    from pytest_qstash import FakeQStash
+    from pytest_qstash.report import section
+    from pytest_qstash.step_failures import StepFailureLog
+
+    steps = StepFailureLog()
+    with FakeQStash(seed=1) as qstash, steps.listening():
+        qstash.mount("https://flask.test", flask_workflow_app(Journal()))
+        run_id = qstash.trigger("https://flask.test/fails", {})
+        qstash.drain()
+    assert qstash.runs[0].state == "RUN_FAILED"
+    text = section(qstash.store, len(qstash.deliveries), steps.by_run)
+    assert text is not None
+    assert text.splitlines()[0] == (
+        f"workflow run {run_id} at https://flask.test/fails failed at step 2, 'charge' (Run): "
+        "500 RuntimeError: card declined"
+    )
+    assert "  failure callback: CALLBACK_SUCCESS" in text.splitlines()
+
+
+def test_a_failed_run_whose_dlq_entry_was_deleted_still_shows_its_failing_step(
+    pytester: pytest.Pytester,
+) -> None:
+    result = _run(
+        pytester,
+        FAILING_WORKFLOW
+        + """
+import os
+
+from qstash import QStash
+
+
+def test_checkout(qstash):
+    qstash.mount("https://shop.test", app)
+    qstash.trigger("https://shop.test/charge", {"order": 7})
+    qstash.drain()
+    client = QStash(os.environ["QSTASH_TOKEN"])
+    client.dlq.delete(client.dlq.list().messages[0].dlq_id)
+    assert qstash.runs[0].state == "RUN_SUCCESS"
+""",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "workflow run wfr_* at https://shop.test/charge failed at step 2, 'pay' (Run): "
+            "500 RuntimeError: card declined",
+            "  3 attempt(s) of msg_* (retried=2/2), its DLQ entry * since deleted:",
         ]
     )

@@ -43,6 +43,7 @@ import anyio.to_thread
 import httpx
 from respx.models import AllMockedAssertionError
 
+from .. import httpx2_support
 from ..compat import unrecord_in_pytest_httpx as _unrecord_in_pytest_httpx
 from ..errors import DeliveryTimeoutError, QStashFakeError
 from ..intercept import is_loopback, user_interceptors_active
@@ -103,6 +104,9 @@ class Sender:
         self._watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWatch] = (
             weakref.WeakKeyDictionary()
         )
+        #: Deliver unmounted URLs to any host, not only loopback or a user's mocks: the
+        #: server mode's choice (``pytest-qstash serve``), where the user asked for it.
+        self.network = False
 
     # -- sync -------------------------------------------------------------------------------
     def send(self, request: httpx.Request) -> Outcome:
@@ -146,10 +150,12 @@ class Sender:
         __tracebackhide__ = True
         self._check_can_route(request)
         try:
+            if httpx2_support.takes_unmounted():  # only httpx2's mocks can answer it
+                return Outcome.of_response(httpx2_support.send(request))
             with httpx.Client(verify=_ssl_context()) as client:
                 return Outcome.of_response(client.send(request))
         except Exception as exc:
-            return _network_failure(exc)
+            return self._unmounted_failure(exc)
 
     # -- async ------------------------------------------------------------------------------
     async def asend(self, request: httpx.Request) -> Outcome:
@@ -188,14 +194,23 @@ class Sender:
     async def _asend_unmounted(self, request: httpx.Request) -> Outcome:
         self._check_can_route(request)
         try:
+            if httpx2_support.takes_unmounted():
+                return Outcome.of_response(await httpx2_support.asend(request))
             async with httpx.AsyncClient(verify=_ssl_context()) as client:
                 return Outcome.of_response(await client.send(request))
         except Exception as exc:
-            return _network_failure(exc)
+            return self._unmounted_failure(exc)
 
     # -- shared -----------------------------------------------------------------------------
+    def _unmounted_failure(self, exc: Exception) -> Outcome:
+        if self.network and isinstance(exc, httpx.TransportError):
+            # A server's deliveries go to real endpoints: one that is down (a loopback port
+            # too) is a failed attempt, retried, as on QStash; there is nothing to mount.
+            return Outcome(None, httpx.Headers(), b"", f"{type(exc).__name__}: {exc}")
+        return _network_failure(exc)
+
     def _check_can_route(self, request: httpx.Request) -> None:
-        if is_loopback(request.url.host) or user_interceptors_active():
+        if self.network or is_loopback(request.url.host) or user_interceptors_active():
             return
         raise Unrouted("no respx route or pytest-httpx mock is active to answer it either")
 

@@ -18,6 +18,9 @@ MessageState = Literal[
 ]
 #: States after which nothing more happens to a message.
 FINAL_STATES: frozenset[str] = frozenset({"DELIVERED", "FAILED", "CANCELED"})
+#: What a delivery carries: a message the app (or the test) published, or a (failure)
+#: callback QStash sends about one.
+DeliveryKind = Literal["message", "callback", "failure_callback"]
 
 
 #: The last moment a ``datetime`` can hold (9999-12-31T23:59:59.999Z): nothing is due later.
@@ -57,6 +60,9 @@ class Delivery:
     error: str | None = None
     #: The exception the app raised, kept for re-raising with its traceback.
     exception: BaseException | None = field(default=None, repr=False)
+    #: ``"message"``, or ``"callback"`` / ``"failure_callback"`` for the callbacks QStash
+    #: sends about a message (they are deliveries too, usually into the same app).
+    kind: DeliveryKind = "message"
     #: When the attempt ended (its answer arrived, or it was cut): ``at_ms`` plus the time
     #: the handler took.
     ended_ms: int | None = None
@@ -94,9 +100,10 @@ class Delivery:
 
     def __repr__(self) -> str:
         outcome = f"status={self.status}" if self.status is not None else f"error={self.error!r}"
+        kind = "" if self.kind == "message" else f" ({self.kind})"
         return (
-            f"<Delivery {self.message_id} {self.method} {self.url} retried={self.retried} "
-            f"{outcome} at={self.at.isoformat()}>"
+            f"<Delivery {self.message_id}{kind} {self.method} {self.url} "
+            f"retried={self.retried} {outcome} at={self.at.isoformat()}>"
         )
 
 
@@ -173,6 +180,14 @@ class Message:
     @property
     def done(self) -> bool:
         return self.state in FINAL_STATES
+
+    @property
+    def kind(self) -> DeliveryKind:
+        """``"message"``, or ``"callback"`` / ``"failure_callback"`` for a callback QStash
+        publishes about another message (``callback_for``)."""
+        if self.callback_for is None:
+            return "message"
+        return "failure_callback" if self.is_failure_callback else "callback"
 
     def __repr__(self) -> str:
         return (
@@ -261,3 +276,53 @@ class Event:
 
     def __repr__(self) -> str:
         return f"<Event {self.time.isoformat()} {self.message_id} {self.state} {self.url}>"
+
+
+@dataclass(eq=False, slots=True)
+class ApiCall:
+    """One call to the QStash HTTP API and the fake's answer, as the client saw them."""
+
+    method: str
+    #: The API path (without the query, and without a proxy's prefix from ``QSTASH_URL``).
+    path: str
+    request_url: httpx.URL
+    headers: httpx.Headers
+    content: bytes
+    at_ms: int
+    #: ``None`` when the call got no answer (a ``fail_next(kind="network")``).
+    status: int | None
+    response_headers: httpx.Headers = field(default_factory=httpx.Headers)
+    response_content: bytes = b""
+    #: Why there was no answer (the exception raised to the client), else None.
+    error: str | None = None
+
+    @property
+    def url(self) -> str:
+        """The URL called, query included (made into text when read: calls are many)."""
+        return str(self.request_url)
+
+    @property
+    def body(self) -> str:
+        return _text(self.content)
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+    @property
+    def response_body(self) -> str:
+        return _text(self.response_content)
+
+    def response_json(self) -> Any:
+        return json.loads(self.response_content)
+
+    @property
+    def at(self) -> datetime:
+        return ms_to_datetime(self.at_ms)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+    def __repr__(self) -> str:
+        outcome = f"status={self.status}" if self.status is not None else f"error={self.error!r}"
+        return f"<ApiCall {self.method} {self.path} {outcome} at={self.at.isoformat()}>"

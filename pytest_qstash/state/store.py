@@ -358,6 +358,7 @@ class Store:
             response_content=result.content,
             error=result.error,
             exception=result.exception,
+            kind=message.kind,
             ended_ms=self.clock.now_ms,
         )
         message.deliveries.append(delivery)

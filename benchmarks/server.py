@@ -1,0 +1,143 @@
+"""Server mode beside in-process: what going over real HTTP costs.
+
+    python benchmarks/server.py            # a few rounds, prints the table (about a minute)
+    python benchmarks/server.py --smoke    # tiny sizes: proves it runs
+
+Two figures, each timed in alternating rounds with its in-process twin, medians shown:
+
+- publishes per second with the real sync SDK (``QStash.message.publish_json``): to
+  ``pytest-qstash serve`` on loopback, beside the same calls answered by an active
+  ``FakeQStash`` in the process;
+- deliveries per second into a trivial Starlette app: the server delivering over HTTP to the
+  app under uvicorn in its own process (``tick()`` through the control API), beside a
+  ``FakeQStash`` delivering in-process to the same app mounted, and beside a ``FakeQStash``
+  delivering over HTTP to the uvicorn app (an unmounted loopback URL): the last isolates the
+  cost of the HTTP hop from the server's own.
+
+Informational only: no budget, nothing fails. The server and the app are child processes on
+this machine, competing for its cores with this one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pytest_qstash.state.account import DEFAULT_ENV
+
+for _name, _value in DEFAULT_ENV.items():
+    os.environ.setdefault(_name, _value)
+
+from qstash import QStash  # noqa: E402
+
+from pytest_qstash import FakeQStash  # noqa: E402
+from pytest_qstash.server import AppProcess, ServerProcess  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def timed(run: Callable[[], None]) -> float:
+    started = time.perf_counter()
+    run()
+    return time.perf_counter() - started
+
+
+def _check(made: list[Any], n: int) -> None:
+    if len(made) != n or not all(d.status == 200 for d in made):
+        raise RuntimeError(f"expected {n} deliveries answered 200, got {made[:3]}...")
+
+
+def rounds_of(cases: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    for r in range(rounds):
+        order = list(cases) if r % 2 == 0 else list(reversed(cases))
+        for name in order:
+            samples[name].append(cases[name]())
+    return samples
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes; judges nothing")
+    args = parser.parse_args()
+    n, rounds = (20, 2) if args.smoke else (200, 3)
+
+    os.environ.pop("QSTASH_URL", None)
+    server = ServerProcess.start(clock="virtual", args=["--credentials-from-env"])
+    os.environ["QSTASH_URL"] = server.url  # the app's SDK publishes nowhere here; harmless
+    app = AppProcess.start("server_app:app", cwd=HERE)
+    del os.environ["QSTASH_URL"]
+    try:
+        remote = QStash(server.token, base_url=server.url, retry=False)
+        local = QStash(os.environ["QSTASH_TOKEN"], retry=False)
+        hook = f"{app.url}/hook"
+        import server_app
+
+        def publish_remote() -> float:
+            server.reset()
+            return timed(
+                lambda: [remote.message.publish_json(url=hook, body={"i": i}) for i in range(n)]
+            )
+
+        def publish_local() -> float:
+            with FakeQStash(freeze_time=False):
+                return timed(
+                    lambda: [local.message.publish_json(url=hook, body={"i": i}) for i in range(n)]
+                )
+
+        def deliver_remote() -> float:
+            server.reset()
+            for i in range(n):
+                remote.message.publish_json(url=hook, body={"i": i})
+            started = time.perf_counter()
+            made = server.tick()
+            took = time.perf_counter() - started
+            _check(made, n)
+            return took
+
+        def deliver_local(mounted: bool) -> Callable[[], float]:
+            def run() -> float:
+                with FakeQStash(freeze_time=False) as fake:
+                    if mounted:
+                        fake.mount(app.url, server_app.app)
+                    for i in range(n):
+                        local.message.publish_json(url=hook, body={"i": i})
+                    started = time.perf_counter()
+                    made = fake.tick()
+                    took = time.perf_counter() - started
+                _check(made, n)
+                return took
+
+            return run
+
+        sys.path.insert(0, str(HERE))
+        publishes = rounds_of({"server": publish_remote, "in-process": publish_local}, rounds)
+        deliveries = rounds_of(
+            {
+                "server (HTTP to the app's process)": deliver_remote,
+                "in-process, app mounted": deliver_local(mounted=True),
+                "in-process, HTTP to the app's process": deliver_local(mounted=False),
+            },
+            rounds,
+        )
+    finally:
+        app.stop()
+        server.stop()
+
+    print(f"{n} messages per round, {rounds} rounds, medians; Python {sys.version.split()[0]}")
+    print(f"{'figure':<58} {'per second':>12} {'per call':>10}")
+    for title, samples in (("publish_json", publishes), ("deliveries", deliveries)):
+        for name, times in samples.items():
+            median = statistics.median(times)
+            print(f"{title + ', ' + name:<58} {n / median:>12,.0f} {median / n * 1e3:>8.2f}ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

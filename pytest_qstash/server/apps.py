@@ -1,0 +1,147 @@
+"""``AppProcess``: an ASGI app under uvicorn in a child process, on a free loopback port.
+
+What an end-to-end test needs around the app under test: the socket is bound here (port 0)
+and handed to uvicorn (``--fd``), so there is no race for the port; ``start`` returns once
+the app answers HTTP, within a bounded wait; ``stop`` ends it for sure. The child inherits
+``os.environ`` (with ``QSTASH_URL`` set by the ``qstash_server`` fixture) plus ``env``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from types import TracebackType
+from typing import IO
+
+# Not `uvicorn --fd`: uvicorn reads that socket as AF_UNIX, so asyncio leaves Nagle on and
+# every response with a body waits 40 ms for the client's delayed ACK. A socket built from the
+# descriptor with nothing said detects its family and protocol (TCP), and asyncio turns it off.
+# It also stops when the test process ends, however it ends: no app outlives a killed run.
+_LAUNCHER = """
+import os, socket, sys, threading, time, uvicorn
+sys.path.insert(0, "")
+sock = socket.socket(fileno=int(sys.argv[2]))
+config = uvicorn.Config(sys.argv[1], log_level="warning", access_log=False)
+server = uvicorn.Server(config)
+parent = os.getppid()
+def watch():
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    server.should_exit = True
+threading.Thread(target=watch, daemon=True).start()
+server.run(sockets=[sock])
+"""
+
+#: Set in the app's environment: its own base URL (what QStash should deliver to).
+APP_URL_VARIABLE = "APP_URL"
+
+
+class AppProcess:
+    def __init__(self, process: subprocess.Popen[bytes], url: str, log: IO[bytes]) -> None:
+        self.process = process
+        self.url = url
+        self._log = log
+
+    @classmethod
+    def start(
+        cls,
+        app: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        ready_path: str = "/",
+        timeout: float = 30.0,
+    ) -> AppProcess:
+        """Start ``app`` (``"module:attribute"``, as uvicorn takes it) and wait until it
+        answers ``GET ready_path`` (any status); ``RuntimeError`` with its output if it
+        exits or does not answer within ``timeout`` seconds."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        log = tempfile.TemporaryFile()  # noqa: SIM115  # kept for the process's lifetime
+        command = [sys.executable, "-c", _LAUNCHER, app, str(sock.fileno())]
+        try:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, APP_URL_VARIABLE: url, **(env or {})},
+                cwd=cwd,
+                pass_fds=[sock.fileno()],
+            )
+        finally:
+            sock.close()  # the child holds its own copy
+        started = cls(process, url, log)
+        try:
+            started._wait_ready(ready_path, timeout)
+        except BaseException:
+            started.stop()
+            raise
+        return started
+
+    def _wait_ready(self, path: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"the app exited with {self.process.returncode} before answering"
+                    + self._output()
+                )
+            try:
+                opener.open(f"{self.url}{path}", timeout=1).close()
+                return
+            except urllib.error.HTTPError:
+                return  # it answers: any status will do
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the app did not answer within {timeout} s" + self._output())
+            time.sleep(0.05)
+
+    @property
+    def output(self) -> str:
+        """What the app wrote to stdout and stderr so far."""
+        return self._output().partition(":\n")[2]
+
+    def _output(self) -> str:
+        if self._log.closed:
+            return ""
+        self._log.flush()
+        self._log.seek(0)
+        text = self._log.read().decode("utf-8", errors="replace")
+        self._log.seek(0, os.SEEK_END)
+        return f"; its output:\n{text}" if text else ""
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        self._log.close()
+
+    def __enter__(self) -> AppProcess:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<AppProcess {self.url} pid={self.process.pid}>"

@@ -1,0 +1,216 @@
+"""``Client``: steer and read a running ``pytest-qstash serve`` over its control API.
+
+It speaks plain HTTP through the standard library (``urllib``), so a test's own httpx mocks
+(respx, pytest-httpx) and the in-process fake never see its calls. Its verbs and lists are the
+fixture's: ``tick()``, ``advance("10m")``, ``drain()``, ``messages``, ``deliveries``, ... with
+``filter``/``one``; items are ``Record``s with the same field names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from ..durations import Duration
+from ..errors import QStashFakeError
+from ..query import Found
+from .records import LISTS, Record
+
+CONTROL_PREFIX = "/_qstash"
+
+
+class ServerError(QStashFakeError):
+    """The server refused a control request (its status and ``{"error": ...}`` message)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class Client:
+    """A running server's control API. ``url`` and ``token`` default to ``QSTASH_URL`` and
+    ``QSTASH_TOKEN``, as an app's SDK client's do."""
+
+    def __init__(
+        self, url: str | None = None, token: str | None = None, *, timeout: float = 60.0
+    ) -> None:
+        url = url or os.environ.get("QSTASH_URL")
+        token = token or os.environ.get("QSTASH_TOKEN")
+        if not url or not token:
+            raise ValueError(
+                "no server to talk to: pass url= and token=, or set QSTASH_URL and QSTASH_TOKEN "
+                "to what `pytest-qstash serve` printed"
+            )
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        # No proxy: the server is local, and an HTTP_PROXY in the environment must not see it.
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    # -- time -------------------------------------------------------------------------------
+    @property
+    def now(self) -> datetime:
+        """The server's clock."""
+        return _moment(self._call("GET", "state")["now"])
+
+    @property
+    def clock(self) -> str:
+        """``"virtual"`` or ``"real"``."""
+        return str(self._call("GET", "state")["clock"])
+
+    def next_due(self) -> datetime | None:
+        due = self._call("GET", "state")["next_due"]
+        return None if due is None else _moment(due)
+
+    def tick(self) -> Found[Record]:
+        """Deliver everything due now; returns the deliveries made."""
+        return self._move("tick", {})
+
+    def advance(self, duration: Duration) -> Found[Record]:
+        """Move a virtual clock forward, delivering each message at its own time."""
+        if isinstance(duration, timedelta):
+            duration = duration.total_seconds()
+        return self._move("advance", {"by": duration})
+
+    def advance_to(self, moment: datetime | str) -> Found[Record]:
+        if isinstance(moment, datetime):
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=timezone.utc)
+            moment = moment.isoformat()
+        return self._move("advance_to", {"to": moment})
+
+    def drain(self, within: Duration = "30d") -> Found[Record]:
+        """Deliver everything pending, each at its own time; the clock stops at the last."""
+        if isinstance(within, timedelta):
+            within = within.total_seconds()
+        return self._move("drain", {"within": within})
+
+    def _move(self, action: str, body: dict[str, Any]) -> Found[Record]:
+        answer = self._call("POST", action, body)
+        return Found((Record("delivery", d) for d in answer["deliveries"]), "delivery")
+
+    def wait_until(
+        self, condition: Callable[[Client], bool], timeout: float = 10.0, interval: float = 0.02
+    ) -> None:
+        """For a server on the real clock: poll until ``condition(client)`` holds, or raise
+        ``TimeoutError`` after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while not condition(self):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the condition did not hold within {timeout} s")
+            time.sleep(interval)
+
+    # -- what a test reads ------------------------------------------------------------------
+    def _list(self, name: str) -> Found[Record]:
+        _, kind = LISTS[name]
+        return Found((Record(kind, item) for item in self._call("GET", name)), kind)
+
+    @property
+    def messages(self) -> Found[Record]:
+        return self._list("messages")
+
+    @property
+    def deliveries(self) -> Found[Record]:
+        return self._list("deliveries")
+
+    @property
+    def dlq(self) -> Found[Record]:
+        return self._list("dlq")
+
+    @property
+    def events(self) -> Found[Record]:
+        return self._list("events")
+
+    @property
+    def schedules(self) -> Found[Record]:
+        return self._list("schedules")
+
+    @property
+    def queues(self) -> Found[Record]:
+        return self._list("queues")
+
+    @property
+    def url_groups(self) -> Found[Record]:
+        return self._list("url_groups")
+
+    @property
+    def runs(self) -> Found[Record]:
+        return self._list("runs")
+
+    # -- steering ---------------------------------------------------------------------------
+    def reset(self, start: datetime | str | float | None = None) -> None:
+        """Forget everything (messages, schedules, queues, ...), keeping the credentials. A
+        virtual clock keeps its time unless ``start`` is given (time never goes backwards
+        for an app that already saw it); a real one reads the wall clock."""
+        if isinstance(start, datetime):
+            start = start.isoformat()
+        self._call("POST", "reset", {} if start is None else {"start": start})
+
+    def fail_next(
+        self,
+        endpoint: str = "publish",
+        *,
+        status: int | None = None,
+        kind: str | None = None,
+        times: int = 1,
+    ) -> dict[str, Any]:
+        """Make the next ``times`` API calls matching ``endpoint`` fail, as
+        ``FakeQStash.fail_next`` does (``kind``: error, burst, daily, network)."""
+        body = {"endpoint": endpoint, "status": status, "kind": kind, "times": times}
+        result: dict[str, Any] = self._call("POST", "fail_next", body)
+        return result
+
+    def clear_faults(self) -> None:
+        self._call("POST", "clear_faults", {})
+
+    def trigger(
+        self,
+        url: str,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        *,
+        run_id: str | None = None,
+        retries: int | None = None,
+    ) -> str:
+        """Start an Upstash Workflow run at ``url``; returns its run id."""
+        answer = self._call(
+            "POST",
+            "trigger",
+            {"url": url, "body": body, "headers": headers, "run_id": run_id, "retries": retries},
+        )
+        return str(answer["run_id"])
+
+    # -- HTTP -------------------------------------------------------------------------------
+    def _call(self, method: str, action: str, body: dict[str, Any] | None = None) -> Any:
+        __tracebackhide__ = True
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            f"{self.url}{CONTROL_PREFIX}/{action}",
+            data=data,
+            method=method,
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+        )
+        try:
+            with self._opener.open(request, timeout=self.timeout) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            text = exc.read().decode("utf-8", errors="replace")
+            try:
+                message = str(json.loads(text)["error"])
+            except (ValueError, KeyError, TypeError):
+                message = text
+            raise ServerError(exc.code, message) from None
+
+    def __repr__(self) -> str:
+        return f"<pytest_qstash.server.Client {self.url}>"
+
+
+def _moment(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))

@@ -1,0 +1,142 @@
+"""A server in a child process: started with a free port, read back, stopped for sure.
+
+A child process rather than a thread: the server keeps its own real clock while the test
+process's is frozen on a fixture's virtual time, and no httpx mock of the test reaches it.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+from types import TracebackType
+from typing import IO, Any
+
+from .client import Client
+
+#: The lines the server prints, in order, before it serves.
+ENV_NAMES = ("QSTASH_URL", "QSTASH_TOKEN", "QSTASH_CURRENT_SIGNING_KEY", "QSTASH_NEXT_SIGNING_KEY")
+
+
+class ServerProcess(Client):
+    """``pytest-qstash serve`` in a child process, with the ``Client`` verbs and lists.
+
+    ``ServerProcess.start(clock="virtual")`` returns once it listens; ``stop()`` (or leaving
+    a ``with`` block) ends it. ``env`` holds the four variables an app needs."""
+
+    def __init__(self, process: subprocess.Popen[bytes], env: dict[str, str], log: IO[bytes]):
+        super().__init__(env["QSTASH_URL"], env["QSTASH_TOKEN"])
+        self.process = process
+        self.env = env
+        self._log = log
+
+    @classmethod
+    def start(
+        cls,
+        *,
+        clock: str = "virtual",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        start: str | None = None,
+        seed: int | str = 0,
+        args: list[str] | tuple[str, ...] = (),
+        timeout: float = 30.0,
+    ) -> ServerProcess:
+        command = [
+            sys.executable,
+            "-m",
+            "pytest_qstash",
+            "serve",
+            f"--clock={clock}",
+            f"--host={host}",
+            f"--port={port}",
+            f"--seed={seed}",
+            *([f"--start={start}"] if start is not None else []),
+            *args,
+        ]
+        log = tempfile.TemporaryFile()  # noqa: SIM115  # kept for the process's lifetime
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        assert process.stdout is not None
+        lines: queue.Queue[bytes] = queue.Queue()
+        threading.Thread(target=_read_lines, args=(process.stdout, lines), daemon=True).start()
+        env: dict[str, str] = {}
+        try:
+            while len(env) < len(ENV_NAMES):
+                try:
+                    line = lines.get(timeout=timeout).decode().strip()
+                except queue.Empty:
+                    raise RuntimeError(
+                        f"pytest-qstash serve did not start within {timeout} s" + _output(log)
+                    ) from None
+                if not line:  # end of output: the process ended
+                    raise RuntimeError(
+                        f"pytest-qstash serve exited with {process.wait()}" + _output(log)
+                    )
+                name, _, value = line.partition("=")
+                if name in ENV_NAMES:
+                    env[name] = value
+        except BaseException:
+            _end(process)
+            log.close()
+            raise
+        return cls(process, env, log)
+
+    @property
+    def output(self) -> str:
+        """What the server wrote to stderr so far (its log)."""
+        return _output(self._log).strip()
+
+    def stop(self) -> None:
+        _end(self.process)
+        self._log.close()
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<pytest_qstash ServerProcess {self.url} pid={self.process.pid}>"
+
+
+def _read_lines(stream: IO[bytes], lines: queue.Queue[bytes]) -> None:
+    for line in iter(stream.readline, b""):
+        lines.put(line)
+    lines.put(b"")
+
+
+def _output(log: IO[bytes]) -> str:
+    if log.closed:
+        return ""
+    position = log.tell()
+    log.seek(0)
+    text = log.read().decode("utf-8", errors="replace")
+    log.seek(position)
+    return f"; its output:\n{text}" if text else ""
+
+
+def _end(process: subprocess.Popen[Any]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+    if process.stdout is not None:
+        process.stdout.close()
