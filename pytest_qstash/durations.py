@@ -1,10 +1,12 @@
-"""QStash durations (``"1d2h3m4s"``, ``"500ms"``), seconds and timedeltas, as milliseconds."""
+"""Every duration the fake reads, as milliseconds: QStash durations (``"1d2h3m4s"``,
+``"500ms"``), seconds and timedeltas from tests and headers, and Go durations from responses."""
 
 from __future__ import annotations
 
 import math
 import re
 from datetime import timedelta
+from fractions import Fraction
 
 Duration = str | int | float | timedelta
 
@@ -53,3 +55,32 @@ def _parse_text(text: str, what: str) -> float:
     if pos != len(text) or not text:
         raise ValueError(f"invalid {what} {text!r}: expected {_ACCEPTED}")
     return total
+
+
+_GO_UNIT_NS: dict[str, int] = {
+    "ns": 1,
+    "us": 1_000,
+    "\u00b5s": 1_000,
+    "\u03bcs": 1_000,
+    "ms": 1_000_000,
+    "s": 1_000_000_000,
+    "m": 60_000_000_000,
+    "h": 3_600_000_000_000,
+}
+# Longest unit spellings first so that "ms" is not read as "m" followed by garbage.
+_GO_UNIT = "|".join(sorted(map(re.escape, _GO_UNIT_NS), key=len, reverse=True))
+_GO_PART = re.compile(rf"(\d+(?:\.\d*)?|\.\d+)({_GO_UNIT})")
+_GO_DURATION = re.compile(rf"\+?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:{_GO_UNIT}))+")
+
+
+def go_duration_ms(value: str) -> int | None:
+    """A Go duration (what QStash's servers read: ``6m5s``, ``1.5h``, ``300ms``) in
+    milliseconds, None when it is not one: ``6m5s`` -> 365000; exact arithmetic (Fraction),
+    so ``1.1s`` is 1100 ms, not 1099."""
+    if not _GO_DURATION.fullmatch(value):
+        return None
+    total_ns = sum(
+        (Fraction(number) * _GO_UNIT_NS[unit] for number, unit in _GO_PART.findall(value)),
+        Fraction(0),
+    )
+    return math.floor(total_ns / 1_000_000 + Fraction(1, 2))

@@ -19,6 +19,7 @@ from . import api, sslcache
 from .api.faults import Fault, FaultTable
 from .appclock import AppClock, NoAppClock, make_app_clock
 from .delivery.dispatcher import Dispatcher, DispatchSettings
+from .delivery.handler_time import HandlerDuration, HandlerTimes
 from .delivery.mounts import MountTable
 from .delivery.transports import DEFAULT_DELIVERY_TIMEOUT_S, Sender
 from .durations import Duration, parse_duration_ms
@@ -37,6 +38,7 @@ from .state.models import (
     Message,
     ms_to_datetime,
 )
+from .state.plans import DEFAULT_PLAN, plan_named
 from .state.queues import Queue
 from .state.retry import DEFAULT_RETRIES
 from .state.schedules import Schedule
@@ -74,6 +76,8 @@ class FakeQStash:
       before ``DeliveryTimeoutError`` fails the test (a duration: seconds, ``"500ms"``).
     - ``base_urls``: more QStash API base URLs to intercept (``QSTASH_URL``'s host always is).
     - ``token``, ``current_signing_key``, ``next_signing_key``: override the environment's.
+    - ``plan``: the QStash plan whose limits apply: ``"free"``, ``"pay_as_you_go"``,
+      ``"fixed_1m"`` or ``"fixed_10m"`` (the default, the most permissive).
     """
 
     def __init__(
@@ -94,6 +98,7 @@ class FakeQStash:
         token: str | None = None,
         current_signing_key: str | None = None,
         next_signing_key: str | None = None,
+        plan: str = DEFAULT_PLAN,
     ) -> None:
         _check_settings(
             flags={
@@ -128,8 +133,10 @@ class FakeQStash:
             self.account,
             default_retries=default_retries,
             dedup_window_ms=parse_duration_ms(dedup_window, what="dedup_window"),
+            plan=plan_named(plan),
         )
         self.mounts = MountTable()
+        self._handler_times = HandlerTimes()
         self._faults = FaultTable(lambda: self.clock.now_ms)
         urls = [*(f"https://{h}" for h in DEFAULT_HOSTS), *(base_urls or [])]
         self.router = QStashRouter(self.handle, urls)
@@ -147,6 +154,7 @@ class FakeQStash:
                 max_per_call=max_deliveries_per_call,
             ),
             on_time=self._app_clock.move_to,
+            handler_times=self._handler_times,
         )
         self._active = False
         # Bounded: a call holds its headers and answer (about 2.6 KB), and a suite that
@@ -225,7 +233,13 @@ class FakeQStash:
 
     # -- wiring -----------------------------------------------------------------------------
     def mount(
-        self, base_url: str, app: Any, *, kind: str | None = None, lifespan: bool = False
+        self,
+        base_url: str,
+        app: Any,
+        *,
+        kind: str | None = None,
+        lifespan: bool = False,
+        duration: HandlerDuration | None = None,
     ) -> Any:
         """Deliver messages whose URL starts with ``base_url`` into ``app`` (ASGI, WSGI, a
         callable taking an ``httpx.Request``, or a test client; ``kind`` overrides
@@ -242,8 +256,18 @@ class FakeQStash:
         own event loop; its requests run on that loop too, in async tests as well, next to
         the resources the lifespan opened. A failed startup raises ``LifespanError`` from
         here.
+
+        ``duration``: the virtual time each attempt to this app takes (``"30s"``, seconds, a
+        timedelta), or a function of the signed ``httpx.Request`` returning one (or None).
+        The app is called when the attempt starts; its answer counts when the attempt ends,
+        and an ``Upstash-Timeout`` (or the plan's maximum) shorter than that cuts it.
         """
         mount = self.mounts.add(base_url, app, kind, lifespan=lifespan)
+        try:
+            self._handler_times.set_mount(mount.base_url, duration)
+        except BaseException:
+            self.mounts.remove(mount.base_url)
+            raise
         if self._active:  # also shuts down the lifespan of an app this one replaced
             try:
                 self._sender.start_lifespans()
@@ -258,8 +282,35 @@ class FakeQStash:
         if not self.mounts.remove(base_url):
             mounted = ", ".join(self.mounts.base_urls) or "nothing"
             raise ValueError(f"nothing is mounted at {base_url!r}; mounted: {mounted}")
+        self._handler_times.set_mount(base_url, None)
         if self._active:
             self._sender.start_lifespans()  # shuts down the unmounted app's lifespan
+
+    def handler_takes(
+        self,
+        url_or_pattern: str | re.Pattern[str],
+        duration: HandlerDuration,
+        *,
+        times: int | None = None,
+    ) -> None:
+        """Make attempts to URLs starting with ``url_or_pattern`` (or matching a compiled
+        ``re.Pattern``) take ``duration`` of virtual time: the next ``times`` attempts, or all
+        of them. The newest rule that matches wins over older ones and over a mount's
+        ``duration``. The app is called when the attempt starts; until its end the message is
+        ACTIVE, and ``advance()`` can stop inside the interval."""
+        self._handler_times.add(url_or_pattern, duration, times)
+
+    def redeliver(self, message_id: str) -> Message:
+        """Deliver a DELIVERED message once more, as QStash's at-least-once delivery
+        sometimes does: the same ``Upstash-Message-Id``, body and headers, a fresh signature.
+        It is due now: the next ``tick()``/``advance()`` delivers it (and its callback, if it
+        has one). Tests an idempotent handler. ``ValueError`` for an unknown id or a message
+        not DELIVERED."""
+        message = self.store.messages.get(message_id)
+        if message is None:
+            raise ValueError(f"cannot redeliver {message_id!r}: no message has this id")
+        self.store.redeliver(message)
+        return message
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         """Answer one QStash API request (what the interception calls); each is kept in
@@ -415,7 +466,8 @@ class FakeQStash:
         return _made(await self._dispatcher.arun(self._moment(moment)))
 
     def next_due(self) -> datetime | None:
-        """When the next delivery or cron firing is due, or None when nothing is pending.
+        """When the next delivery, end of an attempt in flight, or cron firing is due, or None
+        when nothing is pending.
 
         What cannot happen until the test acts is not due: a paused schedule's firings, and
         the messages held by a paused queue or a paused flow-control key."""
@@ -439,7 +491,7 @@ class FakeQStash:
         published, their retries and callbacks): what never lets a schedule be idle."""
         if event.kind == "cron":
             return True
-        message = self.store.messages.get(event.target) if event.kind == "deliver" else None
+        message = self.store.messages.get(event.target) if event.kind != "flow" else None
         return message is not None and message.from_schedule
 
     def _target(self, duration: Duration) -> int:

@@ -40,6 +40,7 @@ MARKER_OPTIONS = (
     "max_deliveries_per_call",
     "delivery_timeout",
     "base_urls",
+    "plan",
     "strict_teardown",
 )
 #: What an ini option does, where its FakeQStash keyword's name does not say it.
@@ -73,6 +74,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "qstash_delivery_timeout",
         "how long one delivery may take in real time before the test fails (seconds or a "
         "duration such as 500ms; default 30)",
+    )
+    parser.addini(
+        "qstash_plan",
+        "the QStash plan whose limits apply: free, pay_as_you_go, fixed_1m or fixed_10m "
+        "(default fixed_10m, the most permissive)",
     )
     parser.addini(
         "qstash_network_guard",
@@ -198,6 +204,8 @@ def _settings(request: pytest.FixtureRequest) -> dict[str, Any]:
         settings["start"] = config.getini("qstash_start")
     if config.getini("qstash_delivery_timeout"):
         settings["delivery_timeout"] = config.getini("qstash_delivery_timeout")
+    if config.getini("qstash_plan"):
+        settings["plan"] = config.getini("qstash_plan")
     # Nearest marker wins: test over class over module.
     for marker in reversed(list(request.node.iter_markers("qstash"))):
         if marker.args:

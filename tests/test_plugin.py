@@ -105,6 +105,7 @@ def test_users_own_keys_are_kept_and_signed_with(
         ("qstash_start = 1767225600", "passed"),  # unix seconds, as the marker takes them
         ("qstash_strict = maybe", "*bad qstash setting: qstash_strict: *expected true or false*"),
         ("qstash_start = soon", "*bad qstash setting: invalid moment 'soon'*"),
+        ("qstash_plan = gold", "*bad qstash setting: unknown plan 'gold': expected one of free*"),
     ],
 )
 def test_ini_values_are_read_or_refused_by_name(
@@ -538,3 +539,22 @@ def test_the_guard_steps_aside_only_for_what_answers_the_call(pytester: pytest.P
         """
     )
     run(pytester).assert_outcomes(passed=3)
+
+
+def test_the_plan_comes_from_the_ini_and_the_marker_overrides_it(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini("[pytest]\nqstash_plan = free\n")
+    pytester.makepyfile(
+        """
+        import pytest
+
+        def test_from_ini(qstash):
+            assert qstash.store.plan.name == "free"
+
+        @pytest.mark.qstash(plan="pay as you go")
+        def test_from_marker(qstash):
+            assert qstash.store.plan.name == "pay_as_you_go"
+        """
+    )
+    run(pytester).assert_outcomes(passed=2)

@@ -183,6 +183,7 @@ def test_help_lists_the_ini_options_together(pytester: pytest.Pytester) -> None:
         "qstash_time_library",
         "qstash_start",
         "qstash_delivery_timeout",
+        "qstash_plan",
         "qstash_network_guard",
     ]
     text = " ".join(result.stdout.str().split())

@@ -232,3 +232,130 @@ def test_no_message_is_lost_or_over_delivered_and_each_ends_on_time(steps: list[
             assert (events[-1].state, events[-1].time_ms) == (model.final_state, model.final_ms)
             assert sum(e.state == "ACTIVE" for e in events) == len(attempts)
             assert sum(e.state == "DELIVERED" for e in events) == len(ok)
+
+
+# -- handlers that take time: durations, timeouts, parallelism, cancels in flight ---------------
+KEY = "prop-key"
+RETRY_DELAY_MS = 5000  # Upstash-Retry-Delay: a constant 5 s
+
+
+@dataclass(frozen=True)
+class SlowPublish:
+    duration_s: int  # how long the handler takes on every attempt
+    timeout_s: int | None
+    retries: int
+    answers: tuple[str, ...]  # "ok" or "error", by attempt number
+
+
+slow_steps = st.lists(
+    st.one_of(
+        st.builds(
+            SlowPublish,
+            duration_s=st.sampled_from([0, 0, 5, 30]),
+            timeout_s=st.sampled_from([None, None, 10]),
+            retries=st.integers(0, 2),
+            answers=st.lists(st.sampled_from(["ok", "error"]), min_size=3, max_size=3).map(tuple),
+        ),
+        st.builds(Cancel, pick=st.integers(0, 50)),
+        st.builds(Advance, seconds=st.sampled_from([0, 1, 4, 10, 29, 60])),
+    ),
+    min_size=1,
+    max_size=14,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=slow_steps, parallelism=st.integers(1, 2))
+def test_attempts_in_flight_respect_parallelism_timeouts_and_cancels(
+    steps: list[SlowPublish | Cancel | Advance], parallelism: int
+) -> None:
+    client = sdk()
+    plans: dict[str, SlowPublish] = {}
+    ids: list[str] = []
+    cancelled_at: dict[str, int] = {}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        attempt = int(request.headers["upstash-retried"])
+        return httpx.Response(200 if plans[request.url.path].answers[attempt] == "ok" else 500)
+
+    def takes(request: httpx.Request) -> int:
+        return plans[request.url.path].duration_s
+
+    with FakeQStash(start=START, freeze_time=False) as fake:
+        fake.mount(SITE, answer, duration=takes)
+        for step in steps:
+            if isinstance(step, SlowPublish):
+                path = f"/s/{len(plans)}"
+                plans[path] = step
+                options: dict[str, object] = {
+                    "retries": step.retries,
+                    "retry_delay": str(RETRY_DELAY_MS),
+                    "flow_control": {"key": KEY, "parallelism": parallelism},
+                }
+                if step.timeout_s is not None:
+                    options["timeout"] = step.timeout_s
+                response = client.message.publish(url=SITE + path, body=path, **options)  # type: ignore[arg-type]
+                ids.append(response.message_id)  # type: ignore[union-attr]
+            elif isinstance(step, Cancel):
+                if not ids:
+                    continue
+                message_id = ids[step.pick % len(ids)]
+                if fake.messages.one(message_id=message_id).done:
+                    with pytest.raises(QStashError, match="status: 404"):
+                        client.message.cancel(message_id)
+                    continue
+                client.message.cancel(message_id)
+                cancelled_at[message_id] = fake.clock.now_ms
+            else:
+                fake.advance(step.seconds)
+            # parallelismCount is truthful at every moment and, once time has moved (nothing
+            # starts in between), no slot stays idle while a message waits for one.
+            info = client.flow_control.get(KEY) if ids else None
+            if info is not None:
+                active = [m for m in fake.messages if m.state == "ACTIVE"]
+                assert info.parallelism_count == len(active) <= parallelism
+                if isinstance(step, Advance):
+                    assert info.wait_list_size == 0 or info.parallelism_count == parallelism
+        fake.advance("1d")
+        assert fake.next_due() is None
+
+        # Never more attempts in flight at once than the key's parallelism, read from the log
+        # in order: an ACTIVE starts an attempt; DELIVERED, ERROR or CANCELED ends it.
+        in_flight: set[str] = set()
+        for event in fake.events:
+            if event.state == "ACTIVE":
+                in_flight.add(event.message_id)
+                assert len(in_flight) <= parallelism
+            elif event.state in ("DELIVERED", "ERROR", "CANCELED"):
+                in_flight.discard(event.message_id)
+        dlq_ids = {entry.message_id for entry in fake.dlq}
+        for message_id in ids:
+            message = fake.messages.one(message_id=message_id)
+            step = plans[message.url[len(SITE) :]]
+            assert message.done
+            attempts = message.deliveries
+            assert len(attempts) <= 1 + step.retries
+            for number, attempt in enumerate(attempts):
+                assert attempt.retried == number
+                took = (attempt.ended_ms or attempt.at_ms) - attempt.at_ms
+                if attempt.error and "cancelled" in attempt.error:
+                    # Cut by the cancel: the last attempt, ended at the cancel.
+                    assert attempt is attempts[-1]
+                    assert attempt.ended_ms == cancelled_at[message_id]
+                elif step.timeout_s is not None and step.duration_s > step.timeout_s:
+                    assert took == step.timeout_s * 1000
+                    assert attempt.status is None
+                    assert "context deadline exceeded" in (attempt.error or "")
+                else:
+                    assert took == step.duration_s * 1000
+                    ok = step.answers[number] == "ok"
+                    assert attempt.status == (200 if ok else 500)
+                if number:
+                    previous = attempts[number - 1]
+                    assert attempt.at_ms >= (previous.ended_ms or 0) + RETRY_DELAY_MS
+            if message_id in cancelled_at:
+                assert message.state == "CANCELED"
+                assert all(a.at_ms <= cancelled_at[message_id] for a in attempts)
+            assert (message.state == "FAILED") == (message_id in dlq_ids)
+            if message.state == "DELIVERED":
+                assert attempts[-1].ok

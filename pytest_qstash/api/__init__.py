@@ -124,6 +124,7 @@ def handle(
         response = handler(store, request, **params)
     except ApiError as exc:
         response = error_response(exc.status, exc.message)
+        response.headers.update(exc.headers)
     if not 200 <= response.status_code < 300:
         _record_rejection(store, request, response)
     return response

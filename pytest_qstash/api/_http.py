@@ -20,10 +20,12 @@ Filters = dict[str, list[str]]
 class ApiError(Exception):
     """Raised inside an endpoint; becomes ``status`` with ``{"error": message}``."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        #: Headers the answer carries (a rate limit's ``RateLimit-*``, say).
+        self.headers = headers or {}
 
 
 def json_response(data: Any, status: int = 200) -> httpx.Response:

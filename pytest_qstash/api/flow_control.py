@@ -11,8 +11,6 @@ from ..state.flow_control import MAX_PERIOD_S, FlowKey
 from ..state.store import Store
 from ._http import ApiError, empty_response, json_response
 
-#: The plan's account-wide cap (pay-as-you-go); the fake makes one call at a time.
-GLOBAL_PARALLELISM_MAX = 100
 _PIN_LIMITS = ("parallelism", "rate", "period")
 
 
@@ -68,6 +66,8 @@ def unpin_flow_key(store: Store, request: httpx.Request, key: str) -> httpx.Resp
         flow.pinned_parallelism = False
     if params.get("rate", "").lower() == "true":
         flow.pinned_rate = False
+    flow.refresh()  # the unfinished messages' limits apply again (the pinned ones if none)
+    store.wake_flow(key)
     return empty_response()
 
 
@@ -79,7 +79,9 @@ def reset_rate(store: Store, request: httpx.Request, key: str) -> httpx.Response
 
 
 def global_parallelism(store: Store, request: httpx.Request) -> httpx.Response:
-    return json_response({"parallelismMax": GLOBAL_PARALLELISM_MAX, "parallelismCount": 0})
+    return json_response(
+        {"parallelismMax": store.global_parallelism, "parallelismCount": len(store.in_flight)}
+    )
 
 
 def _flow(store: Store, key: str) -> FlowKey:
@@ -100,7 +102,7 @@ def flow_json(flow: FlowKey) -> dict[str, Any]:
         "flowControlKey": flow.key,
         "waitListSize": flow.wait_list_size,
         "parallelismMax": flow.parallelism or 0,
-        "parallelismCount": 0,
+        "parallelismCount": flow.active,
         "rateMax": flow.rate or 0,
         "rateCount": flow.rate_count,
         "ratePeriod": flow.period_s,

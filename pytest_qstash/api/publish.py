@@ -17,6 +17,7 @@ from ..state.options import (
 )
 from ..state.store import Published, Store, UnknownDestination
 from ._http import ApiError, json_response, read_json
+from .plan_limits import check_daily, check_message
 from .workflows import refuse_ended_run
 
 INVALID_DESTINATION = (
@@ -26,13 +27,15 @@ INVALID_DESTINATION = (
 
 def publish(store: Store, request: httpx.Request, destination: str) -> httpx.Response:
     opts = _checked_options(store, _request_options(request))
-    return _answer(_publish(store, destination, opts, request.content, queue=None))
+    check_message(store, opts, request.content)
+    return _answer(_publish(store, destination, opts, request.content, queue=None, daily=True))
 
 
 def enqueue(store: Store, request: httpx.Request, queue: str, destination: str) -> httpx.Response:
     check_name(queue, "queue name")
     opts = _checked_options(store, _request_options(request))
-    return _answer(_publish(store, destination, opts, request.content, queue=queue))
+    check_message(store, opts, request.content)
+    return _answer(_publish(store, destination, opts, request.content, queue=queue, daily=True))
 
 
 def batch(store: Store, request: httpx.Request) -> httpx.Response:
@@ -41,6 +44,7 @@ def batch(store: Store, request: httpx.Request) -> httpx.Response:
         raise ApiError(400, "invalid batch request: expected a JSON array of messages")
     # Validate every item before creating any, so a bad item loses nothing already accepted.
     prepared = [_batch_item(store, index, item) for index, item in enumerate(items)]
+    check_daily(store, len(prepared))
     answers: list[Any] = []
     for destination, opts, content, queue in prepared:
         results = _publish(store, destination, opts, content, queue=queue)
@@ -102,8 +106,11 @@ def _publish(
     content: bytes,
     *,
     queue: str | None,
+    daily: bool = False,
 ) -> Results:
     check_destination(store, destination, group_needs_endpoints=True)
+    if daily:
+        check_daily(store, 1)  # a batch counts all its messages before creating any
     try:
         return store.publish(destination, content, opts, queue=queue)
     except UnknownDestination:
@@ -169,8 +176,10 @@ def _batch_item(
         check_name(queue, "queue name")
     destination = item["destination"]
     opts = _checked_options(store, headers)
+    content = (body or "").encode()
+    check_message(store, opts, content)
     check_destination(store, destination, group_needs_endpoints=True)
-    return destination, opts, (body or "").encode(), queue
+    return destination, opts, content, queue
 
 
 def check_name(name: str, what: str) -> None:

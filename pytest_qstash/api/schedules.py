@@ -17,6 +17,7 @@ from ._http import (
     json_response,
     put_body,
 )
+from .plan_limits import check_message, check_new_schedule
 from .publish import check_destination, check_name, publish_options
 
 
@@ -38,6 +39,8 @@ def create_schedule(store: Store, request: httpx.Request, destination: str) -> h
     if opts.queue is not None:
         check_name(opts.queue, "queue name")
     check_destination(store, destination, group_needs_endpoints=False)
+    check_message(store, opts, request.content)
+    check_new_schedule(store, opts.schedule_id)
     schedule, deduplicated = store.put_schedule(
         destination, cron, request.content, opts, opts.schedule_id
     )

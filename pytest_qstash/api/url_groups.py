@@ -9,12 +9,14 @@ import httpx
 from ..state.store import Store
 from ..state.url_groups import Endpoint, UrlGroup
 from ._http import ApiError, empty_response, json_response, read_json
+from .plan_limits import check_new_url_group
 from .publish import check_name
 
 
 def upsert_endpoints(store: Store, request: httpx.Request, name: str) -> httpx.Response:
     check_name(name, "url group name")
     endpoints = _endpoints(read_json(request), need_url=True)
+    check_new_url_group(store, name)
     now = store.clock.now_ms
     group = store.url_groups.setdefault(name, UrlGroup(name, now, now))
     for endpoint in endpoints:

@@ -1,8 +1,11 @@
 """Turns due events into signed HTTP deliveries and feeds their outcomes back into the store.
 
-One step is split in two, ``next_job`` (pop what is due, mark it ACTIVE, build the signed
-request) and ``finish`` (record the outcome, schedule a retry or fail, publish callbacks), so
-the sync and async loops share everything but the line that sends.
+The store decides what is due and what happens to it (``Store.pop_work``, ``start_attempt``,
+``answered``, ``end_attempt``: cron firings, flow-control wakes, retries, the DLQ, callbacks);
+the dispatcher signs, sends, and reports what the app answered. One step is split in two,
+``next_job`` (the next attempt to make, its signed request built, or to end) and ``answered`` /
+``finish``, so the sync and async loops share everything but the line that sends. An attempt
+whose handler takes virtual time is called at its start and finished by its end event, later.
 
 Functions on the delivery path set ``__tracebackhide__``: pytest then shows a failed
 delivery from the test's call straight to the app's frame (or our error).
@@ -10,20 +13,18 @@ delivery from the test's call straight to the app's frame (or our error).
 
 from __future__ import annotations
 
-import base64
-import json
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
 
 import httpx
 
 from ..errors import DeliveryLoopError, ReentrantCallError, UnroutedDeliveryError
-from ..state.models import Delivery, DlqEntry, Message, MessageState, ms_to_datetime
-from ..state.options import derived_options, header_lists, parse_options
+from ..state.attempts import Attempt
+from ..state.models import Delivery, Message, ms_to_datetime
 from ..state.store import AttemptResult, Store
+from .handler_time import HandlerTimes
 from .mounts import MountTable
 from .signing import sign
 from .transports import Outcome, Sender, Unrouted
@@ -40,10 +41,14 @@ _MAX_PER_CALL = 100_000
 
 @dataclass(slots=True)
 class Job:
-    message: Message
-    request: httpx.Request
-    at_ms: int
-    previous_state: MessageState
+    attempt: Attempt
+    #: The request to send; None for an attempt in flight that ends now.
+    request: httpx.Request | None
+    duration_ms: int = 0
+
+    @property
+    def message(self) -> Message:
+        return self.attempt.message
 
 
 @dataclass
@@ -63,13 +68,14 @@ class Dispatcher:
         sender: Sender,
         settings: DispatchSettings,
         on_time: Callable[[int], None],
+        handler_times: HandlerTimes | None = None,
     ) -> None:
         self.store = store
+        self.handler_times = handler_times if handler_times is not None else HandlerTimes()
         self.clock = store.clock
         self.mounts = mounts
         self.sender = sender
         self.settings = settings
-        self.deliveries: list[Delivery] = []
         self._on_time = on_time  # keeps the app-visible clock on the virtual one
         self._recent: deque[tuple[str, str]] = deque(maxlen=5)
         self._running = False  # a run()/arun() is under way: they do not nest
@@ -87,16 +93,21 @@ class Dispatcher:
         made: list[Delivery] = []
         try:
             while (job := self.next_job(until_ms, len(made))) is not None:
+                if job.request is None:
+                    made.append(self.finish(job.attempt))
+                    continue
                 try:
+                    job.duration_ms = self.handler_times.duration_ms(job.request)
                     outcome = self.sender.send(job.request)
                 except Unrouted as exc:
                     outcome = self._unrouted(job, exc)
                 except BaseException:
                     self._abandon(job)
                     raise
-                made.append(self.finish(job, outcome))
+                if (delivery := self.answered(job, outcome)) is not None:
+                    made.append(delivery)
         finally:
-            self.store.delivering = None
+            self.store.delivering = None  # a send cut short by an exception
             self._running = False
         self.settle(until_ms)
         return made
@@ -107,14 +118,19 @@ class Dispatcher:
         made: list[Delivery] = []
         try:
             while (job := self.next_job(until_ms, len(made))) is not None:
+                if job.request is None:
+                    made.append(self.finish(job.attempt))
+                    continue
                 try:
+                    job.duration_ms = self.handler_times.duration_ms(job.request)
                     outcome = await self.sender.asend(job.request)
                 except Unrouted as exc:
                     outcome = self._unrouted(job, exc)
                 except BaseException:
                     self._abandon(job)
                     raise
-                made.append(self.finish(job, outcome))
+                if (delivery := self.answered(job, outcome)) is not None:
+                    made.append(delivery)
         finally:
             self.store.delivering = None
             self._running = False
@@ -139,61 +155,43 @@ class Dispatcher:
             )
 
     # -- steps ------------------------------------------------------------------------------
+    @property
+    def deliveries(self) -> list[Delivery]:
+        return self.store.deliveries
+
     def next_job(self, until_ms: int, made: int) -> Job | None:
+        """The next attempt to make (signed request built) or to end, moving the clock to it;
+        the store decides what is due and what may start."""
         __tracebackhide__ = True
-        while (event := self.clock.pop_due(until_ms)) is not None:
-            if event.kind == "cron":
-                self.store.fire_schedule(event.target, event.generation)
-                continue
-            if event.kind == "flow":
-                self.store.wake_flow(event.target)
-                continue
-            message = self.store.live_message(event.target, event.generation)
-            if message is None:
-                continue  # stale: cancelled, or rescheduled since
-            if not self.store.may_start(message):
-                continue  # parked behind its queue's earlier messages; released later
-            previous = message.state
-            self._guard(message, made)
-            self._on_time(self.clock.now_ms)
-            self.store.start_attempt(message)
-            self.store.delivering = message
-            return Job(message, self._request(message), self.clock.now_ms, previous)
+        work = self.store.pop_work(until_ms)
+        if work is None:
+            return None
+        self._on_time(self.clock.now_ms)
+        if isinstance(work, Attempt):
+            return Job(work, None)
+        attempt = self.store.start_attempt(work)
+        self._guard(attempt, made)
+        request = self._request(work)
+        attempt.headers, attempt.content = request.headers, request.content
+        return Job(attempt, request)
+
+    def answered(self, job: Job, outcome: Outcome) -> Delivery | None:
+        """The app answered: finish the attempt now, or leave it in flight until its end."""
+        __tracebackhide__ = True
+        result = AttemptResult(
+            outcome.status, outcome.headers, outcome.content, outcome.error, outcome.exception
+        )
+        if self.store.answered(job.attempt, result, job.duration_ms):
+            return self.finish(job.attempt)
         return None
 
-    def finish(self, job: Job, outcome: Outcome) -> Delivery:
+    def finish(self, attempt: Attempt) -> Delivery:
+        """End an attempt (the store records it, retries or fails it, publishes callbacks);
+        re-raise the app's exception, if it raised one."""
         __tracebackhide__ = True
-        message = job.message
-        delivery = Delivery(
-            message_id=message.message_id,
-            url=message.url,
-            method=message.method,
-            headers=job.request.headers,
-            content=job.request.content,
-            at_ms=job.at_ms,
-            retried=message.retried,
-            status=outcome.status,
-            response_headers=outcome.headers,
-            response_content=outcome.content,
-            error=outcome.error,
-            exception=outcome.exception,
-            kind=message.kind,
-        )
-        message.deliveries.append(delivery)
-        self.deliveries.append(delivery)
-        result = AttemptResult(outcome.status, outcome.headers, outcome.content, outcome.error)
-        dlq_entry = self.store.finish_attempt(message, result)
-        # No callbacks for a message cancelled while this attempt was in flight.
-        if message.callback and message.state != "CANCELED":
-            self._callback(message, delivery, message.callback, "upstash-callback-")
-        if dlq_entry is not None and message.failure_callback:
-            self._callback(
-                message, delivery, message.failure_callback, "upstash-failure-callback-", dlq_entry
-            )
-        # What is published from here on (a cron firing, the test) is no part of its cascade.
-        self.store.delivering = None
-        if outcome.exception is not None and self.settings.raise_app_exceptions:
-            raise outcome.exception
+        delivery, _ = self.store.end_attempt(attempt)
+        if delivery.exception is not None and self.settings.raise_app_exceptions:
+            raise delivery.exception
         return delivery
 
     def settle(self, until_ms: int) -> None:
@@ -240,12 +238,13 @@ class Dispatcher:
     def _abandon(self, job: Job) -> None:
         """A delivery cut short by what is no app error (a cancellation, KeyboardInterrupt,
         SystemExit): the attempt did not happen; the message is due again, not stuck ACTIVE."""
-        self.store.requeue(job.message, job.previous_state)
+        self.store.requeue(job.attempt)
 
     def _unrouted(self, job: Job, exc: Unrouted) -> Outcome:
         __tracebackhide__ = True
+        job.duration_ms = 0  # nothing answered: the attempt fails at once
         if self.settings.strict_routing:
-            self.store.requeue(job.message, job.previous_state)
+            self.store.requeue(job.attempt)
             reason = exc.reason
             message = job.message
             if message.callback_for is not None:
@@ -263,11 +262,12 @@ class Dispatcher:
             ) from None
         return Outcome(None, httpx.Headers(), b"", f"unrouted: {exc.reason}")
 
-    def _guard(self, message: Message, made: int) -> None:
+    def _guard(self, attempt: Attempt, made: int) -> None:
         """Stop a runaway cascade: deliveries publishing more deliveries for the same instant
         (a chain, or a fan-out feeding itself), so that time never moves. Plenty of
         independent messages due at once are no cascade, and are never stopped."""
         __tracebackhide__ = True
+        message = attempt.message
         self._recent.append((message.message_id, message.url))
         now = self.clock.now_ms
         if message.cascade_depth and message.created_ms == now:
@@ -280,7 +280,7 @@ class Dispatcher:
         )
         if not runaway and made < self.settings.max_per_call:
             return
-        self.store.requeue(message, message.state)
+        self.store.requeue(attempt)
         recent = "; ".join(f"{mid} -> {url}" for mid, url in self._recent)
         if runaway:
             what = (
@@ -298,54 +298,3 @@ class Dispatcher:
             "Nothing is lost: the messages are kept. If this is intended, raise the limit: "
             f"@pytest.mark.qstash({option}=...) or FakeQStash({option}=...)."
         )
-
-    def _callback(
-        self,
-        source: Message,
-        delivery: Delivery,
-        url: str,
-        prefix: str,
-        dlq_entry: DlqEntry | None = None,
-    ) -> None:
-        payload: dict[str, Any] = {
-            "status": delivery.status if delivery.status is not None else 0,
-            "header": header_lists(delivery.response_headers),
-            "body": base64.b64encode(delivery.response_content).decode(),
-            "retried": delivery.retried,
-            "maxRetries": source.max_retries,
-            "sourceMessageId": source.message_id,
-            "url": source.url,
-            "method": source.method,
-            "sourceHeader": header_lists(source.headers),
-            "sourceBody": base64.b64encode(source.content).decode(),
-            "notBefore": source.not_before_ms,
-            "createdAt": source.created_ms,
-            "callerIP": source.caller_ip,
-        }
-        for key, value in (
-            ("topicName", source.url_group),
-            ("endpointName", source.endpoint_name),
-            ("scheduleId", source.schedule_id),
-        ):
-            if value:
-                payload[key] = value
-        if dlq_entry is not None:
-            payload["dlqId"] = dlq_entry.dlq_id
-            if source.workflow_run_id is not None:
-                # A workflow's failure callback names the run; sourceBody is its initial payload.
-                payload.update(self.store.workflows.failure_fields(source))
-        if delivery.error and delivery.status is None:
-            payload["error"] = delivery.error
-        headers = derived_options(
-            source.failure_callback_headers if dlq_entry else source.callback_headers, prefix
-        )
-        opts = parse_options(headers)
-        opts.headers["Content-Type"] = opts.headers.get("Content-Type", "application/json")
-        callback = self.store.create_message(
-            url,
-            json.dumps(payload, separators=(",", ":")).encode(),
-            opts,
-            callback_for=source.message_id,
-            max_retries=source.max_retries,
-        )
-        callback.is_failure_callback = dlq_entry is not None

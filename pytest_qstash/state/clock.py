@@ -15,7 +15,7 @@ from typing import Literal
 
 from .models import ms_to_datetime
 
-EventKind = Literal["deliver", "cron", "flow"]
+EventKind = Literal["deliver", "end", "cron", "flow"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
 import httpx
@@ -63,6 +63,9 @@ class Delivery:
     #: ``"message"``, or ``"callback"`` / ``"failure_callback"`` for the callbacks QStash
     #: sends about a message (they are deliveries too, usually into the same app).
     kind: DeliveryKind = "message"
+    #: When the attempt ended (its answer arrived, or it was cut): ``at_ms`` plus the time
+    #: the handler took.
+    ended_ms: int | None = None
 
     @property
     def body(self) -> str:
@@ -74,7 +77,19 @@ class Delivery:
 
     @property
     def at(self) -> datetime:
+        """When the attempt started (the app was called, the request signed)."""
         return ms_to_datetime(self.at_ms)
+
+    @property
+    def ended_at(self) -> datetime:
+        """When the attempt ended; the same as ``at`` for a handler that takes no time."""
+        return ms_to_datetime(self.at_ms if self.ended_ms is None else self.ended_ms)
+
+    @property
+    def duration(self) -> timedelta:
+        """How long the attempt was in flight, on the virtual clock."""
+        end = self.at_ms if self.ended_ms is None else self.ended_ms
+        return timedelta(milliseconds=end - self.at_ms)
 
     @property
     def ok(self) -> bool:

@@ -49,3 +49,49 @@ class Queue:
     def __repr__(self) -> str:
         state = " paused" if self.paused else ""
         return f"<Queue {self.name} parallelism={self.parallelism} lag={self.lag}{state}>"
+
+
+class Queues(dict[str, Queue]):
+    """The account's queues by name, and the FIFO rules of joining, waiting and leaving. The
+    store plans on the clock what these rules release."""
+
+    def queue(self, name: str, now_ms: int) -> Queue:
+        """The queue called ``name``, created (parallelism 1) if it does not exist."""
+        queue = self.get(name)
+        if queue is None:
+            queue = self[name] = Queue(name, now_ms, now_ms)
+        return queue
+
+    def join(self, name: str | None, message_id: str, now_ms: int) -> None:
+        """A message enters its queue, behind the ones already there."""
+        if name is not None:
+            self.queue(name, now_ms).members[message_id] = None
+
+    def admit(self, name: str | None, message_id: str) -> bool:
+        """Whether a due message may start as far as its queue goes; parked if not."""
+        queue = self.get(name) if name else None
+        if queue is None or queue.may_start(message_id):
+            return True
+        queue.parked.add(message_id)
+        return False
+
+    def holds(self, name: str | None, message_id: str) -> bool:
+        """Whether its queue holds the message back now (read only)."""
+        queue = self.get(name) if name else None
+        return queue is not None and not queue.may_start(message_id)
+
+    def leave(self, name: str | None, message_id: str) -> list[str]:
+        """A message leaves its queue for good; returns the parked messages that may start."""
+        queue = self.get(name) if name else None
+        if queue is None:
+            return []
+        queue.members.pop(message_id, None)
+        queue.parked.discard(message_id)
+        return self.release(queue)
+
+    @staticmethod
+    def release(queue: Queue) -> list[str]:
+        """Take the parked messages that hold a slot now off the parked set."""
+        released = queue.startable_parked()
+        queue.parked.difference_update(released)
+        return released

@@ -29,7 +29,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timezone
 from email.utils import parsedate_to_datetime
-from fractions import Fraction
+
+from ..durations import go_duration_ms
 
 __all__ = [
     "DEFAULT_RETRIES",
@@ -477,32 +478,7 @@ def _compile_expression(text: str) -> _Evaluator:
 
 # Go's time.ParseDuration units, in nanoseconds. Both micro signs are accepted, as Go does:
 # U+00B5 MICRO SIGN and U+03BC GREEK SMALL LETTER MU.
-_GO_UNIT_NS: dict[str, int] = {
-    "ns": 1,
-    "us": 1_000,
-    "\u00b5s": 1_000,
-    "\u03bcs": 1_000,
-    "ms": 1_000_000,
-    "s": 1_000_000_000,
-    "m": 60_000_000_000,
-    "h": 3_600_000_000_000,
-}
-# Longest unit spellings first so that "ms" is not read as "m" followed by garbage.
-_GO_UNIT = "|".join(sorted(map(re.escape, _GO_UNIT_NS), key=len, reverse=True))
-_GO_PART = re.compile(rf"(\d+(?:\.\d*)?|\.\d+)({_GO_UNIT})")
-_GO_DURATION = re.compile(rf"\+?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:{_GO_UNIT}))+")
 _INTEGER_SECONDS = re.compile(r"\d+")
-
-
-def _go_duration_ms(value: str) -> int | None:
-    """``6m5s`` -> 365000; exact arithmetic (Fraction) so ``1.1s`` is 1100 ms, not 1099."""
-    if not _GO_DURATION.fullmatch(value):
-        return None
-    total_ns = sum(
-        (Fraction(number) * _GO_UNIT_NS[unit] for number, unit in _GO_PART.findall(value)),
-        Fraction(0),
-    )
-    return math.floor(total_ns / 1_000_000 + Fraction(1, 2))
 
 
 def _http_date_ms(value: str, now_ms: int) -> int | None:
@@ -524,7 +500,7 @@ def _header_delay_ms(value: str, now_ms: int) -> int | None:
             return int(value) * 1000
         except ValueError:  # more digits than int() allows: certainly more than a day
             return None
-    duration = _go_duration_ms(value)
+    duration = go_duration_ms(value)
     if duration is not None:
         return duration
     return _http_date_ms(value, now_ms)

@@ -12,7 +12,7 @@ they are translated to plain fields first (the stored ``cron`` keeps the text as
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -146,3 +146,96 @@ class Schedule:
             f"<Schedule {self.schedule_id} {self.cron!r} -> {self.destination}{state} "
             f"next_run={self.next_run.isoformat()}>"
         )
+
+
+class Schedules(dict[str, Schedule]):
+    """The account's schedules by id, with the rules of creating, overwriting, pausing,
+    resuming and firing them. Each method that plans a firing returns it (the schedule, whose
+    ``next_ms`` and ``generation`` say when and which) for the store to put on the clock."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: Deduplication of creations: key -> (schedule id, expiry).
+        self._dedup: dict[str, tuple[str, int]] = {}
+
+    def deduplicated(self, key: str | None, now_ms: int) -> Schedule | None:
+        """The schedule an earlier creation with the same key made within the window."""
+        hit = self._dedup.get(key) if key is not None else None
+        if hit is None or hit[1] <= now_ms:
+            return None
+        return self.get(hit[0])
+
+    def put(
+        self,
+        schedule_id: str,
+        destination: str,
+        cron: CronExpression,
+        content: bytes,
+        opts: MessageOptions,
+        now_ms: int,
+    ) -> Schedule:
+        """Create the schedule, or replace every setting of the existing one with this id. The
+        firings never carry the deduplication options (each would be deduplicated into the one
+        before), nor ``Upstash-Not-Before``, which QStash does not take on schedules."""
+        opts = replace(
+            opts, deduplication_id=None, content_based_deduplication=False, not_before_ms=None
+        )
+        schedule = self.get(schedule_id)
+        if schedule is None:
+            schedule = self[schedule_id] = Schedule(
+                schedule_id=schedule_id,
+                destination=destination,
+                expression=cron,
+                content=content,
+                options=opts,
+                created_ms=now_ms,
+                next_ms=cron.next_after_ms(now_ms),
+                queue=opts.queue,
+            )
+        else:
+            # An overwrite replaces the settings the request carries, on the same object (a
+            # test holding it sees the change); the schedule's own state (created, paused or
+            # not, its last firing) is no setting and stays.
+            schedule.destination, schedule.expression = destination, cron
+            schedule.content, schedule.options, schedule.queue = content, opts, opts.queue
+            schedule.next_ms = cron.next_after_ms(now_ms)
+            schedule.generation += 1  # the firing planned under the old settings goes stale
+        return schedule
+
+    def remember(self, key: str | None, schedule_id: str, expires_ms: int) -> None:
+        if key is not None:
+            self._dedup[key] = (schedule_id, expires_ms)
+
+    @staticmethod
+    def pause(schedule: Schedule) -> None:
+        """Stop the firings. The planned one goes stale (skipped when due) and nothing more is
+        planned, so a paused schedule costs nothing however far the clock moves."""
+        if not schedule.paused:
+            schedule.paused = True
+            schedule.generation += 1
+
+    @staticmethod
+    def resume(schedule: Schedule, now_ms: int) -> bool:
+        """Fire again from the next cron time after now (the firings skipped are not caught
+        up); True when a firing is to be planned."""
+        if not schedule.paused:
+            return False
+        schedule.paused = False
+        schedule.generation += 1
+        schedule.next_ms = schedule.expression.next_after_ms(now_ms)
+        return True
+
+    def due(self, schedule_id: str, generation: int) -> Schedule | None:
+        """The schedule a firing event is for, unless deleted, replaced or paused since."""
+        schedule = self.get(schedule_id)
+        if schedule is None or schedule.generation != generation or schedule.paused:
+            return None
+        return schedule
+
+    @staticmethod
+    def fired(schedule: Schedule, now_ms: int, message_ids: list[str], error: str | None) -> None:
+        """Record a firing and move on to the next cron time."""
+        schedule.error = error
+        schedule.last_ms = now_ms
+        schedule.last_message_ids = message_ids
+        schedule.next_ms = schedule.expression.next_after_ms(now_ms)

@@ -8,18 +8,28 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import islice
 
 import httpx
 
 from .account import Account
+from .attempts import (
+    CANCELED_IN_FLIGHT,
+    NON_RETRYABLE_STATUS,
+    Attempt,
+    AttemptResult,
+    is_non_retryable,
+    timeout_error,
+)
+from .callbacks import callback_options, callback_payload
 from .clock import DueEvent, VirtualClock
-from .flow_control import FlowKey
+from .flow_control import FlowKey, FlowKeys
 from .ids import IdGenerator
-from .models import DlqEntry, Event, Message, MessageState
+from .models import Delivery, DlqEntry, Event, Message, MessageState
 from .options import MessageOptions, parse_options
-from .queues import Queue
+from .plans import DEFAULT_PLAN, PLANS, Plan
+from .queues import Queue, Queues
 from .rejections import RejectedCalls
 from .retry import (
     DEFAULT_RETRIES,
@@ -28,37 +38,13 @@ from .retry import (
     default_backoff_ms,
     next_retry_delay_ms,
 )
-from .schedules import CronExpression, Schedule
+from .schedules import CronExpression, Schedule, Schedules
 from .url_groups import UrlGroup
 from .workflows import WorkflowRuns
 
-#: QStash answers 489 with this header set to mean "do not retry".
-NON_RETRYABLE_STATUS = 489
+__all__ = ["NON_RETRYABLE_STATUS", "AttemptResult", "Store", "is_non_retryable"]
+
 DEFAULT_DEDUP_WINDOW_MS = 10 * 60 * 1000
-
-
-@dataclass(slots=True)
-class AttemptResult:
-    status: int | None
-    headers: httpx.Headers
-    content: bytes
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.status is not None and 200 <= self.status < 300
-
-    @property
-    def non_retryable(self) -> bool:
-        return is_non_retryable(self.status, self.headers)
-
-
-def is_non_retryable(status: int | None, headers: httpx.Headers) -> bool:
-    """489 with ``Upstash-NonRetryable-Error: true``: QStash gives up at once."""
-    return (
-        status == NON_RETRYABLE_STATUS
-        and headers.get("upstash-nonretryable-error", "").lower() == "true"
-    )
 
 
 class UnknownDestination(ValueError):
@@ -82,6 +68,7 @@ class Store:
         *,
         default_retries: int = DEFAULT_RETRIES,
         dedup_window_ms: int = DEFAULT_DEDUP_WINDOW_MS,
+        plan: Plan | None = None,
     ) -> None:
         self.clock = clock
         self.ids = ids
@@ -92,12 +79,10 @@ class Store:
         self.events: list[Event] = []
         self.dlq: dict[str, DlqEntry] = {}
         self.url_groups: dict[str, UrlGroup] = {}
-        self.schedules: dict[str, Schedule] = {}
-        self.queues: dict[str, Queue] = {}
-        self.flow_keys: dict[str, FlowKey] = {}
+        self.schedules = Schedules()
+        self.queues = Queues()
+        self.flow_keys = FlowKeys()
         self._dedup: dict[str, tuple[str, int]] = {}
-        #: Deduplication of schedule creations: key -> (schedule id, expiry).
-        self._schedule_dedup: dict[str, tuple[str, int]] = {}
         self._generation: dict[str, int] = {}
         #: The message whose delivery is running: what it publishes is its cascade.
         self.delivering: Message | None = None
@@ -109,6 +94,20 @@ class Store:
         self.workflows = WorkflowRuns()
         #: API calls answered with an error (the newest kept), for the failure report.
         self.api_errors = RejectedCalls()
+        #: Every attempt that ended, in the order they ended.
+        self.deliveries: list[Delivery] = []
+        #: Attempts started and not ended yet, by message id.
+        self.in_flight: dict[str, Attempt] = {}
+        #: What the account's plan limits.
+        self.plan = plan if plan is not None else PLANS[DEFAULT_PLAN]
+        #: Account-wide cap on attempts in flight; messages over it wait here, in order.
+        self.global_parallelism = self.plan.global_parallelism
+        self._global_waiting: dict[str, None] = {}
+        #: The longest an attempt may take (the plan's maximum HTTP response duration).
+        self.max_response_ms = self.plan.max_response_ms
+        self._attempt_seq = 0
+        #: Messages the API published on one UTC day: (the day's start, how many).
+        self._published_day = (0, 0)
 
     # -- creation ---------------------------------------------------------------------------
     def create_message(
@@ -165,8 +164,9 @@ class Store:
         self.messages[message.message_id] = message
         if callback_for is not None:
             self._callbacks_pending.setdefault(callback_for, set()).add(message.message_id)
-        if queue is not None:
-            self.queue(queue).members[message.message_id] = None
+        self.queues.join(queue, message.message_id, now)
+        # A key exists (and takes this message's limits) from the publish naming it.
+        self.flow_keys.named(opts.flow_control, now)
         self._log(message, "CREATED", next_delivery_ms=not_before if not_before > now else None)
         self._plan_delivery(message, not_before)
         # Upstash Workflow: the one place a message joins its run (or starts one).
@@ -259,20 +259,168 @@ class Store:
             return None
         return message
 
-    def start_attempt(self, message: Message) -> None:
+    def pop_work(self, until_ms: int) -> Message | Attempt | None:
+        """Move the clock to what is due next, up to ``until_ms``: a message whose attempt may
+        start now, or an attempt in flight that ends now. Cron firings and flow-control wakes
+        are handled on the way; stale events (a message cancelled or moved on, an attempt cut
+        short) and messages their queue, key or the global parallelism hold are skipped."""
+        while (event := self.clock.pop_due(until_ms)) is not None:
+            kind = event.kind
+            if kind == "end":
+                attempt = self.attempt_due(event.target, event.generation)
+                if attempt is not None:
+                    return attempt
+            elif kind == "cron":
+                self.fire_schedule(event.target, event.generation)
+            elif kind == "flow":
+                self.wake_flow(event.target)
+            else:
+                message = self.live_message(event.target, event.generation)
+                if message is not None and self.may_start(message):
+                    return message
+        return None
+
+    def start_attempt(self, message: Message) -> Attempt:
+        """An attempt starts now: the message is ACTIVE until the attempt ends. Until the app
+        has answered, what is published belongs to this message's cascade."""
+        self.delivering = message
+        previous = message.state
         message.state = "ACTIVE"
         self._log(message, "ACTIVE")
+        self._attempt_seq += 1
+        fc = message.flow_control
+        attempt = Attempt(
+            message,
+            self.clock.now_ms,
+            previous,
+            self._attempt_seq,
+            flow_key=fc.key if fc is not None and fc.key else None,
+        )
+        self.in_flight[message.message_id] = attempt
+        return attempt
 
-    def requeue(self, message: Message, previous: MessageState) -> None:
+    def answered(self, attempt: Attempt, result: AttemptResult, duration_ms: int) -> bool:
+        """The app answered the call an attempt started with. Returns True when the attempt
+        ends now; otherwise it stays in flight until ``duration_ms`` after its start, or until
+        its timeout cuts it (the answer is then discarded), and an end event is planned."""
+        message = attempt.message
+        self.delivering = None
+        if message.state == "CANCELED" or duration_ms <= 0:
+            attempt.result, attempt.ends_ms = result, attempt.started_ms
+            return True  # cancelled while being called: its answer is what it answered
+        limit = self.deadline_ms(message)
+        if duration_ms > limit:
+            result = AttemptResult(
+                None,
+                httpx.Headers(),
+                b"",
+                timeout_error(message.method, message.url),
+                result.exception,
+            )
+            duration_ms = limit
+        attempt.result = result
+        attempt.ends_ms = attempt.started_ms + duration_ms
+        if attempt.ends_ms <= self.clock.now_ms:
+            return True
+        self.clock.schedule(attempt.ends_ms, "end", message.message_id, attempt.generation)
+        return False
+
+    def deadline_ms(self, message: Message) -> int:
+        """The longest an attempt of ``message`` may take: its ``Upstash-Timeout``, capped by
+        the plan's maximum response duration (a timeout only shortens the plan's)."""
+        if message.timeout_ms is None:
+            return self.max_response_ms
+        return min(self.max_response_ms, message.timeout_ms)
+
+    def attempt_due(self, message_id: str, generation: int) -> Attempt | None:
+        """The attempt an end event is for, unless it ended already (cut by a cancel)."""
+        attempt = self.in_flight.get(message_id)
+        if attempt is None or attempt.generation != generation:
+            return None
+        return attempt
+
+    def end_attempt(self, attempt: Attempt) -> tuple[Delivery, DlqEntry | None]:
+        """An attempt ends now: record it as a delivery, apply its outcome (retry, fail into
+        the DLQ, or delivered), and free its slots."""
+        message = attempt.message
+        result = attempt.result
+        assert result is not None
+        delivery = Delivery(
+            message_id=message.message_id,
+            url=message.url,
+            method=message.method,
+            headers=attempt.headers if attempt.headers is not None else httpx.Headers(),
+            content=attempt.content,
+            at_ms=attempt.started_ms,
+            retried=message.retried,
+            status=result.status,
+            response_headers=result.headers,
+            response_content=result.content,
+            error=result.error,
+            exception=result.exception,
+            kind=message.kind,
+            ended_ms=self.clock.now_ms,
+        )
+        message.deliveries.append(delivery)
+        self.deliveries.append(delivery)
+        self._release_slots(attempt)
+        dlq_entry = self.finish_attempt(message, result)
+        # No callbacks for a message cancelled while this attempt was in flight.
+        if message.callback and message.state != "CANCELED":
+            self._publish_callback(message, delivery, message.callback)
+        if dlq_entry is not None and message.failure_callback:
+            self._publish_callback(message, delivery, message.failure_callback, dlq_entry)
+        return delivery, dlq_entry
+
+    def _publish_callback(
+        self,
+        source: Message,
+        delivery: Delivery,
+        url: str,
+        dlq_entry: DlqEntry | None = None,
+    ) -> None:
+        parent, self.delivering = self.delivering, source  # a callback continues the cascade
+        try:
+            callback = self.create_message(
+                url,
+                callback_payload(source, delivery, self.workflows, dlq_entry),
+                callback_options(source, failure=dlq_entry is not None),
+                callback_for=source.message_id,
+                max_retries=source.max_retries,
+            )
+        finally:
+            self.delivering = parent
+        callback.is_failure_callback = dlq_entry is not None
+
+    def _release_slots(self, attempt: Attempt) -> None:
+        """The attempt is no longer in flight: what waited for its slot may start."""
+        self.in_flight.pop(attempt.message.message_id, None)
+        if attempt.flow_key is not None:
+            flow = self.flow_keys.attempt_ended(attempt.flow_key)
+            if flow is not None:
+                self._release(flow)
+        if self._global_waiting:
+            room = self.global_parallelism - len(self.in_flight)
+            for message_id in list(islice(self._global_waiting, max(0, room))):
+                del self._global_waiting[message_id]
+                self._plan_delivery(self.messages[message_id], self.clock.now_ms)
+
+    def requeue(self, attempt: Attempt) -> None:
         """Put back an attempt that could not be made (nothing to deliver it to, or cut
         short); the log forgets the ACTIVE it was started with, as no attempt happened."""
-        message.state = previous
+        message = attempt.message
+        self.delivering = None
+        message.state = attempt.previous_state
         for position in range(len(self.events) - 1, -1, -1):
             event = self.events[position]
             if event.message_id == message.message_id:
                 if event.state == "ACTIVE":
                     del self.events[position]
                 break
+        if attempt.flow_key is not None and attempt.flow_key in self.flow_keys:
+            flow = self.flow_keys[attempt.flow_key]
+            flow.rate_count = max(0, flow.rate_count - 1)  # it never started
+        self._release_slots(attempt)
         self._plan_delivery(message, self.clock.now_ms)
 
     def finish_attempt(self, message: Message, result: AttemptResult) -> DlqEntry | None:
@@ -315,10 +463,38 @@ class Store:
         self._log(message, "CANCEL_REQUESTED")
         message.state = "CANCELED"
         self._log(message, "CANCELED")
+        self._global_waiting.pop(message.message_id, None)
+        attempt = self.in_flight.get(message.message_id)
+        if attempt is not None and attempt.ends_ms is not None:
+            # In flight past its call: cut now, its answer discarded, its slots freed. (One
+            # cancelled while its app is being called ends with the app's answer instead.)
+            attempt.result = AttemptResult(None, httpx.Headers(), b"", CANCELED_IN_FLIGHT)
+            self.end_attempt(attempt)
         self._finished(message)
-        if message.flow_control and message.flow_control.key in self.flow_keys:
-            self.flow_keys[message.flow_control.key].waiting.pop(message.message_id, None)
         return True
+
+    def published_on(self, day_start_ms: int) -> int:
+        day, count = self._published_day
+        return count if day == day_start_ms else 0
+
+    def count_published(self, day_start_ms: int, count: int) -> None:
+        self._published_day = (day_start_ms, self.published_on(day_start_ms) + count)
+
+    def redeliver(self, message: Message) -> None:
+        """Deliver a DELIVERED message again, as QStash's at-least-once delivery may: same
+        id, body and headers, the same ``Upstash-Retried``, a fresh signature. It is pending
+        again (CREATED) and due now; the log shows a second ACTIVE and DELIVERED."""
+        if message.state != "DELIVERED":
+            raise ValueError(
+                f"cannot redeliver {message.message_id}: it is {message.state}; only a "
+                "DELIVERED message is delivered again (a pending one will be delivered anyway)"
+            )
+        message.state = "CREATED"
+        message.cascade_depth, message.from_schedule = 0, False
+        self.queues.join(message.queue, message.message_id, self.clock.now_ms)
+        self.flow_keys.named(message.flow_control, self.clock.now_ms)
+        message.not_before_ms = self.clock.now_ms
+        self._plan_delivery(message, self.clock.now_ms)
 
     def run_now(self, message: Message) -> None:
         """Make a waiting message due now (QStash's "run now" / "retry now")."""
@@ -372,36 +548,33 @@ class Store:
     # -- queues -----------------------------------------------------------------------------
     def queue(self, name: str) -> Queue:
         """The queue called ``name``, created (parallelism 1) if it does not exist."""
-        queue = self.queues.get(name)
-        if queue is None:
-            now = self.clock.now_ms
-            queue = self.queues[name] = Queue(name, now, now)
-        return queue
+        return self.queues.queue(name, self.clock.now_ms)
 
     def may_start(self, message: Message) -> bool:
-        """Whether a due message may be attempted now. If its queue or its flow-control key
-        says no, it waits there and is released when they allow it."""
-        queue = self.queues.get(message.queue) if message.queue else None
-        if queue is not None and not queue.may_start(message.message_id):
-            queue.parked.add(message.message_id)
+        """Whether a due message may be attempted now. If its queue, the account's global
+        parallelism or its flow-control key says no, it waits there and is released when
+        they allow it."""
+        if not self.queues.admit(message.queue, message.message_id):
+            return False
+        if len(self.in_flight) >= self.global_parallelism:
+            self._global_waiting[message.message_id] = None
             return False
         fc = message.flow_control
         if fc is None or not fc.key:
             return True
-        flow = self.flow_key(fc.key)
-        flow.follow(fc)
-        if flow.admits(self.clock.now_ms):
+        held_by = self.flow_keys.admit(message.message_id, fc, self.clock.now_ms)
+        if held_by is None:
             return True
-        flow.waiting[message.message_id] = None
-        self._plan_wake(flow)
+        self._plan_wake(held_by)
         return False
 
     def live_due_ms(self, event: DueEvent) -> int | None:
         """When a pending clock event will do something, read without changing anything; None
         when it is stale or held: a firing of a schedule paused, replaced or deleted since, a
         delivery of a message cancelled or moved on, or of one that waits in a paused queue
-        (or behind its queue's earlier messages) or for a paused flow-control key. A message
-        over its key's rate is due when the key's period ends."""
+        (or behind its queue's earlier messages) or for a paused (or fully busy) flow-control
+        key. A message over its key's rate is due when the key's period ends; an attempt in
+        flight is due to end at its end."""
         if event.kind == "cron":
             schedule = self.schedules.get(event.target)
             if schedule is None or schedule.paused or schedule.generation != event.generation:
@@ -412,46 +585,43 @@ class Store:
             if flow is None or flow.paused or not flow.waiting or flow.wake_ms != event.due_ms:
                 return None
             return event.due_ms
+        if event.kind == "end":
+            return event.due_ms if self.attempt_due(event.target, event.generation) else None
         message = self.live_message(event.target, event.generation)
         if message is None:
             return None
-        queue = self.queues.get(message.queue) if message.queue else None
-        if queue is not None and not queue.may_start(message.message_id):
+        if self.queues.holds(message.queue, message.message_id):
             return None  # released (with a new event) when its queue lets it start
+        if len(self.in_flight) >= self.global_parallelism:
+            return None  # released when an attempt ends
         fc = message.flow_control
         flow = self.flow_keys.get(fc.key) if fc is not None and fc.key else None
-        if fc is None or flow is None:
+        if flow is None:
             return event.due_ms
-        return flow.next_start_ms(fc, event.due_ms)
+        return flow.next_start_ms(event.due_ms)
 
     def flow_key(self, key: str) -> FlowKey:
-        flow = self.flow_keys.get(key)
-        if flow is None:
-            flow = self.flow_keys[key] = FlowKey(key, period_start_ms=self.clock.now_ms)
-        return flow
+        return self.flow_keys.key(key, self.clock.now_ms)
 
     def wake_flow(self, key: str) -> None:
-        """A flow-control key's period ended (or it was resumed): release what now fits."""
+        """A flow-control key's period ended (or it was resumed, pinned, reset): release what
+        now fits."""
         flow = self.flow_keys.get(key)
         if flow is None:
             return
         flow.wake_ms = None
-        if flow.paused:
-            return
+        self._release(flow)
+
+    def _release(self, flow: FlowKey) -> None:
         now = self.clock.now_ms
-        flow.roll(now)
-        room = len(flow.waiting) if flow.rate is None else max(0, flow.rate - flow.rate_count)
-        # Released messages are counted against the rate when their attempt starts.
-        for message_id in list(islice(flow.waiting, room)):
-            del flow.waiting[message_id]
+        for message_id in self.flow_keys.release(flow, now):
             self._plan_delivery(self.messages[message_id], now)
         self._plan_wake(flow)
 
     def _plan_wake(self, flow: FlowKey) -> None:
-        if not flow.waiting or flow.paused or flow.wake_ms is not None:
-            return
-        flow.wake_ms = max(flow.period_end_ms(), self.clock.now_ms)
-        self.clock.schedule(flow.wake_ms, "flow", flow.key)
+        wake_ms = self.flow_keys.plan_wake(flow, self.clock.now_ms)
+        if wake_ms is not None:
+            self.clock.schedule(wake_ms, "flow", flow.key)
 
     def update_queue(
         self, name: str, *, parallelism: int | None = None, paused: bool | None = None
@@ -462,7 +632,7 @@ class Store:
         if paused is not None:
             queue.paused = paused
         queue.updated_ms = self.clock.now_ms
-        self._pump(queue)
+        self._start_released(self.queues.release(queue))
         return queue
 
     def delete_queue(self, name: str) -> bool:
@@ -479,6 +649,7 @@ class Store:
         are still to come (they are published right after this attempt) or to finish."""
         if message.callback_for is not None:
             self._callback_finished(message)
+        self.flow_keys.finished(message.message_id, message.flow_control)
         awaits_callbacks = message.state != "CANCELED" and (
             message.callback is not None
             or (message.state == "FAILED" and message.failure_callback is not None)
@@ -502,15 +673,11 @@ class Store:
             self._leave_queue(source)
 
     def _leave_queue(self, message: Message) -> None:
-        queue = self.queues.get(message.queue) if message.queue else None
-        if queue is not None:
-            queue.members.pop(message.message_id, None)
-            queue.parked.discard(message.message_id)
-            self._pump(queue)
+        self._start_released(self.queues.leave(message.queue, message.message_id))
 
-    def _pump(self, queue: Queue) -> None:
-        for message_id in queue.startable_parked():
-            queue.parked.discard(message_id)
+    def _start_released(self, message_ids: list[str]) -> None:
+        """Plan the messages their queue let go, each when it is due."""
+        for message_id in message_ids:
             message = self.messages[message_id]
             self._plan_delivery(message, max(message.not_before_ms, self.clock.now_ms))
 
@@ -528,45 +695,19 @@ class Store:
         Returns the schedule and whether the request was deduplicated: a deduplication id (or
         content-based deduplication) applies once, to the creation, as QStash evaluates it
         before creating the schedule; an earlier creation with the same key within the window
-        is answered instead. The firings never carry the deduplication options (each would
-        be deduplicated into the one before), nor ``Upstash-Not-Before``, which QStash does
-        not take on schedules.
+        is answered instead.
         """
+        now = self.clock.now_ms
         key = self._schedule_dedup_key(destination, cron, content, opts, schedule_id)
-        hit = self._schedule_dedup.get(key) if key is not None else None
-        if hit is not None and hit[1] > self.clock.now_ms and hit[0] in self.schedules:
-            return self.schedules[hit[0]], True
-        opts = replace(
-            opts, deduplication_id=None, content_based_deduplication=False, not_before_ms=None
-        )
+        existing = self.schedules.deduplicated(key, now)
+        if existing is not None:
+            return existing, True
         if schedule_id is None:
             schedule_id = "scd_" + self.ids.token(28)
-        now = self.clock.now_ms
-        schedule = self.schedules.get(schedule_id)
-        if schedule is None:
-            schedule = Schedule(
-                schedule_id=schedule_id,
-                destination=destination,
-                expression=cron,
-                content=content,
-                options=opts,
-                created_ms=now,
-                next_ms=cron.next_after_ms(now),
-                queue=opts.queue,
-            )
-            self.schedules[schedule_id] = schedule
-        else:
-            # An overwrite replaces the settings the request carries, on the same object (a
-            # test holding it sees the change); the schedule's own state (created, paused or
-            # not, its last firing) is no setting and stays.
-            schedule.destination, schedule.expression = destination, cron
-            schedule.content, schedule.options, schedule.queue = content, opts, opts.queue
-            schedule.next_ms = cron.next_after_ms(now)
-            schedule.generation += 1  # the firing planned under the old settings goes stale
+        schedule = self.schedules.put(schedule_id, destination, cron, content, opts, now)
         if not schedule.paused:
-            self.clock.schedule(schedule.next_ms, "cron", schedule_id, schedule.generation)
-        if key is not None:
-            self._schedule_dedup[key] = (schedule_id, now + self.dedup_window_ms)
+            self._plan_firing(schedule)
+        self.schedules.remember(key, schedule_id, now + self.dedup_window_ms)
         return schedule, False
 
     def _schedule_dedup_key(
@@ -589,29 +730,19 @@ class Store:
         return self.schedules.pop(schedule_id, None) is not None
 
     def pause_schedule(self, schedule: Schedule) -> None:
-        """Stop the firings. The planned one goes stale (skipped when due) and nothing more is
-        planned, so a paused schedule costs nothing however far the clock moves."""
-        if schedule.paused:
-            return
-        schedule.paused = True
-        schedule.generation += 1
+        self.schedules.pause(schedule)
 
     def resume_schedule(self, schedule: Schedule) -> None:
-        """Fire again from the next cron time after now; the firings skipped are not caught up."""
-        if not schedule.paused:
-            return
-        schedule.paused = False
-        schedule.generation += 1
-        schedule.next_ms = schedule.expression.next_after_ms(self.clock.now_ms)
-        self.clock.schedule(schedule.next_ms, "cron", schedule.schedule_id, schedule.generation)
+        if self.schedules.resume(schedule, self.clock.now_ms):
+            self._plan_firing(schedule)
 
     def fire_schedule(self, schedule_id: str, generation: int) -> list[Message]:
         """A cron firing: publish from the template, then plan the next one."""
-        schedule = self.schedules.get(schedule_id)
-        if schedule is None or schedule.generation != generation or schedule.paused:
+        schedule = self.schedules.due(schedule_id, generation)
+        if schedule is None:
             return []  # deleted, replaced or paused since this firing was planned
-        now = self.clock.now_ms
         created: list[Message] = []
+        error = None
         try:
             published, _ = self.publish(
                 schedule.destination,
@@ -621,14 +752,14 @@ class Store:
                 schedule_id=schedule_id,
             )
             created = [p.message for p in published]
-            schedule.error = None
         except UnknownDestination:
-            schedule.error = f"url group {schedule.destination} does not exist"
-        schedule.last_ms = now
-        schedule.last_message_ids = [m.message_id for m in created]
-        schedule.next_ms = schedule.expression.next_after_ms(now)
-        self.clock.schedule(schedule.next_ms, "cron", schedule_id, generation)
+            error = f"url group {schedule.destination} does not exist"
+        self.schedules.fired(schedule, self.clock.now_ms, [m.message_id for m in created], error)
+        self._plan_firing(schedule)
         return created
+
+    def _plan_firing(self, schedule: Schedule) -> None:
+        self.clock.schedule(schedule.next_ms, "cron", schedule.schedule_id, schedule.generation)
 
     # -- internals --------------------------------------------------------------------------
     def _expression(self, text: str | None) -> RetryDelayExpression | None:

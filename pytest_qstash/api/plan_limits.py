@@ -1,0 +1,85 @@
+"""What the account's plan refuses: an oversized body, a delay too far ahead, too many
+retries, more messages than a day allows, more URL groups or active schedules than the plan
+holds. Each answers with a status and an ``{"error": ...}`` naming the limit and the plan."""
+
+from __future__ import annotations
+
+from ..state.options import MessageOptions
+from ..state.store import Store
+from ._http import ApiError
+
+_DAY_MS = 86_400_000
+
+
+def check_message(store: Store, opts: MessageOptions, content: bytes) -> None:
+    """Refuse a publish (or a schedule's template) over the plan's size, delay or retries."""
+    plan = store.plan
+    if len(content) > plan.max_message_bytes:
+        raise ApiError(
+            413,
+            f"message size {len(content)} bytes exceeds the limit of the {plan.name} plan "
+            f"({plan.max_message_bytes} bytes)",
+        )
+    now = store.clock.now_ms
+    delay = (opts.not_before_ms - now) if opts.not_before_ms is not None else opts.delay_ms
+    if plan.max_delay_ms is not None and delay is not None and delay > plan.max_delay_ms:
+        raise ApiError(
+            400,
+            f"delay of {delay // 1000}s exceeds the maximum delay of the {plan.name} plan "
+            f"({plan.max_delay_ms // 1000}s)",
+        )
+    if (
+        plan.max_retries is not None
+        and opts.retries is not None
+        and opts.retries > plan.max_retries
+    ):
+        raise ApiError(
+            400,
+            f"retries {opts.retries} exceeds the maximum retries of the {plan.name} plan "
+            f"({plan.max_retries})",
+        )
+
+
+def check_daily(store: Store, count: int) -> None:
+    """Count ``count`` more messages against the day's quota (UTC), or refuse them all when it
+    would be exceeded: 429 with the ``RateLimit-*`` headers the SDK turns into
+    ``DailyMessageLimitExceededError``. Only what the API publishes counts (publish, enqueue,
+    batch), not retries, callbacks or schedule firings."""
+    limit = store.plan.messages_per_day
+    if limit is None:
+        return
+    now = store.clock.now_ms
+    day_start = now - now % _DAY_MS
+    used = store.published_on(day_start)
+    if used + count <= limit:
+        store.count_published(day_start, count)
+        return
+    raise ApiError(
+        429,
+        f"daily message limit of the {store.plan.name} plan exceeded ({limit} messages a day)",
+        {
+            "RateLimit-Limit": str(limit),
+            "RateLimit-Remaining": str(max(0, limit - used)),
+            "RateLimit-Reset": str((day_start + _DAY_MS) // 1000),
+        },
+    )
+
+
+def check_new_url_group(store: Store, name: str) -> None:
+    limit = store.plan.url_groups
+    if name not in store.url_groups and len(store.url_groups) >= limit:
+        raise ApiError(
+            412, f"url group limit of the {store.plan.name} plan reached ({limit} url groups)"
+        )
+
+
+def check_new_schedule(store: Store, schedule_id: str | None) -> None:
+    limit = store.plan.active_schedules
+    if schedule_id is not None and schedule_id in store.schedules:
+        return  # an overwrite creates nothing
+    active = sum(1 for s in store.schedules.values() if not s.paused)
+    if active >= limit:
+        raise ApiError(
+            412,
+            f"active schedule limit of the {store.plan.name} plan reached ({limit} schedules)",
+        )

@@ -1,0 +1,60 @@
+"""QStash plans and what each limits: message size, delay, retries, the longest an attempt
+may take, messages per day, URL groups, active schedules, attempts in flight account-wide.
+
+Figures from Upstash's pricing page and docs; docs/api-coverage.md says which are confirmed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_MB = 1024 * 1024
+_DAY_MS = 24 * 60 * 60 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    name: str
+    #: Largest request body a publish may carry, in bytes.
+    max_message_bytes: int
+    #: Longest delay (or not-before distance) a message may be published with; None: any.
+    max_delay_ms: int | None
+    #: Most retries a message may ask for; None: any.
+    max_retries: int | None
+    #: Longest an attempt may take (the "max HTTP response duration"): a longer
+    #: ``Upstash-Timeout`` is capped to it, and an attempt without one is cut there.
+    max_response_ms: int
+    #: Messages a day (UTC) may create; None: unlimited.
+    messages_per_day: int | None
+    url_groups: int
+    active_schedules: int
+    #: Attempts in flight at once, account-wide.
+    global_parallelism: int
+
+
+PLANS: dict[str, Plan] = {
+    plan.name: plan
+    for plan in (
+        Plan("free", _MB, 7 * _DAY_MS, 3, 15 * 60_000, 1_000, 1, 10, 10),
+        Plan("pay_as_you_go", 10 * _MB, 365 * _DAY_MS, 5, 2 * 3_600_000, None, 100, 1_000, 100),
+        Plan("fixed_1m", 50 * _MB, None, 20, 6 * 3_600_000, 1_000_000, 1_000, 10_000, 200),
+        Plan("fixed_10m", 50 * _MB, None, 20, 12 * 3_600_000, 10_000_000, 2_000, 50_000, 1_000),
+    )
+}
+_ALIASES = {"payg": "pay_as_you_go", "fixed": "fixed_10m"}
+#: The most permissive plan: what the fake applies unless told otherwise.
+DEFAULT_PLAN = "fixed_10m"
+
+
+def plan_named(name: str) -> Plan:
+    """The plan called ``name`` (case, spaces and dashes do not matter: "Pay as you go")."""
+    if not isinstance(name, str):
+        raise TypeError(f"invalid plan {name!r}: expected one of {', '.join(PLANS)}")
+    key = name.strip().lower().replace("-", "_").replace(" ", "_")
+    key = _ALIASES.get(key, key)
+    plan = PLANS.get(key)
+    if plan is None:
+        raise ValueError(
+            f"unknown plan {name!r}: expected one of {', '.join(PLANS)} (or 'payg', 'fixed')"
+        )
+    return plan
