@@ -779,3 +779,78 @@ def test_ticking_from_an_async_handler_says_reentrant_not_async(
     publish(client, f"{BASE}/job", "x")
     with pytest.raises(ReentrantCallError):
         qstash.tick()
+
+
+class _SlowServer:
+    """A real HTTP server on a loopback port that answers after ``delay_s`` of real time (or
+    as soon as the test lets it go)."""
+
+    def __init__(self, delay_s: float) -> None:
+        import http.server
+        import threading
+
+        release = self.release = threading.Event()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                release.wait(delay_s)
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self.thread.start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def slow_server() -> object:
+    server = _SlowServer(delay_s=10)
+    yield server
+    server.close()
+
+
+def test_a_real_server_gets_the_messages_timeout(
+    qstash: FakeQStash, client: QStash, slow_server: _SlowServer
+) -> None:
+    # QStash waits for an endpoint as long as Upstash-Timeout says, then cuts the attempt and
+    # retries; httpx's own 5 s default played no part in it.
+    publish(client, f"{slow_server.url}/hook", "x", timeout="1s", retries=1)
+
+    [delivery] = qstash.tick()
+
+    assert delivery.status is None
+    assert delivery.error == (
+        f'Post "{slow_server.url}/hook": context deadline exceeded '
+        "(Client.Timeout exceeded while awaiting headers)"
+    )
+    assert qstash.messages[0].state == "RETRY"
+
+
+@pytest.mark.qstash(delivery_timeout=0.3)
+def test_a_real_server_is_waited_for_no_longer_than_the_delivery_timeout(
+    qstash: FakeQStash, client: QStash, slow_server: _SlowServer
+) -> None:
+    # No Upstash-Timeout: the plan's maximum (hours) is QStash's deadline; a test waits no
+    # longer than delivery_timeout for a real server.
+    publish(client, f"{slow_server.url}/hook", "x")
+
+    [delivery] = qstash.tick()
+
+    assert delivery.status is None
+    assert delivery.error is not None
+    assert "context deadline exceeded" in delivery.error

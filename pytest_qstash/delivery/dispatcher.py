@@ -233,7 +233,12 @@ class Dispatcher:
             if len(self._urls) >= 1024:  # bounded: unique URLs per message must not pile up
                 self._urls.clear()
             url = self._urls[message.url] = httpx.URL(message.url)
-        return httpx.Request(message.method, url, headers=headers, content=content)
+        # The attempt's deadline, for a real server's answer (a mounted app's is bounded on
+        # the virtual clock): httpx's own default would cut it after 5 s.
+        timeout = httpx.Timeout(self.store.deadline_ms(message) / 1000).as_dict()
+        return httpx.Request(
+            message.method, url, headers=headers, content=content, extensions={"timeout": timeout}
+        )
 
     def _abandon(self, job: Job) -> None:
         """A delivery cut short by what is no app error (a cancellation, KeyboardInterrupt,

@@ -44,9 +44,11 @@ import httpx
 from respx.models import AllMockedAssertionError
 
 from .. import httpx2_support
+from ..compat import PYTEST_HTTPX_NO_RESPONSE
 from ..compat import unrecord_in_pytest_httpx as _unrecord_in_pytest_httpx
 from ..errors import DeliveryTimeoutError, QStashFakeError
 from ..intercept import is_loopback, user_interceptors_active
+from ..state.attempts import timeout_error
 from .lifespan import Lifespan
 from .mounts import Mount, MountTable
 
@@ -153,9 +155,9 @@ class Sender:
             if httpx2_support.takes_unmounted():  # only httpx2's mocks can answer it
                 return Outcome.of_response(httpx2_support.send(request))
             with httpx.Client(verify=_ssl_context()) as client:
-                return Outcome.of_response(client.send(request))
+                return Outcome.of_response(client.send(self._bounded_in_real_time(request)))
         except Exception as exc:
-            return self._unmounted_failure(exc)
+            return self._unmounted_failure(exc, request)
 
     # -- async ------------------------------------------------------------------------------
     async def asend(self, request: httpx.Request) -> Outcome:
@@ -197,12 +199,27 @@ class Sender:
             if httpx2_support.takes_unmounted():
                 return Outcome.of_response(await httpx2_support.asend(request))
             async with httpx.AsyncClient(verify=_ssl_context()) as client:
-                return Outcome.of_response(await client.send(request))
+                return Outcome.of_response(await client.send(self._bounded_in_real_time(request)))
         except Exception as exc:
-            return self._unmounted_failure(exc)
+            return self._unmounted_failure(exc, request)
 
     # -- shared -----------------------------------------------------------------------------
-    def _unmounted_failure(self, exc: Exception) -> Outcome:
+    def _bounded_in_real_time(self, request: httpx.Request) -> httpx.Request:
+        """A real endpoint gets the attempt's deadline (set by the dispatcher), as QStash gives
+        it; inside a test no longer than ``delivery_timeout``, which no test waits past. A
+        server (``network``) waits the whole deadline, as QStash does."""
+        deadline = request.extensions.get("timeout", {}).get("read")
+        if self.network or deadline is None or deadline <= self.delivery_timeout_s:
+            return request
+        request.extensions["timeout"] = httpx.Timeout(self.delivery_timeout_s).as_dict()
+        return request
+
+    def _unmounted_failure(self, exc: Exception, request: httpx.Request) -> Outcome:
+        if isinstance(exc, httpx.ReadTimeout):
+            # No answer by the deadline: QStash cut the attempt (a failed attempt, retried), in
+            # its words. A connect timeout is the network's failure, said as it is.
+            error = timeout_error(request.method, str(request.url))
+            return Outcome(None, httpx.Headers(), b"", error)
         if self.network and isinstance(exc, httpx.TransportError):
             # A server's deliveries go to real endpoints: one that is down (a loopback port
             # too) is a failed attempt, retried, as on QStash; there is nothing to mount.
@@ -703,7 +720,7 @@ def _network_failure(exc: Exception) -> Outcome:
     name = type(exc).__name__
     if isinstance(exc, AllMockedAssertionError):
         raise Unrouted("the active respx routes do not match it") from exc
-    if "No response can be found" in str(exc):
+    if PYTEST_HTTPX_NO_RESPONSE in str(exc):
         request = getattr(exc, "_request", None)  # httpx's .request raises when unset
         if isinstance(request, httpx.Request):
             _unrecord_in_pytest_httpx(request)
