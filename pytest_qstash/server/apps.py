@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import IO
 
+from .process import end_process
+
 # Not `uvicorn --fd`: uvicorn reads that socket as AF_UNIX, so asyncio leaves Nagle on and
 # every response with a body waits 40 ms for the client's delayed ACK. A socket built from the
 # descriptor with nothing said detects its family and protocol (TCP), and asyncio turns it off.
@@ -123,13 +125,7 @@ class AppProcess:
         return f"; its output:\n{text}" if text else ""
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        end_process(self.process)
         self._log.close()
 
     def __enter__(self) -> AppProcess:

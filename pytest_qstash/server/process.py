@@ -85,7 +85,7 @@ class ServerProcess(Client):
                 if name in ENV_NAMES:
                     env[name] = value
         except BaseException:
-            _end(process)
+            end_process(process)
             log.close()
             raise
         return cls(process, env, log)
@@ -96,7 +96,7 @@ class ServerProcess(Client):
         return _output(self._log).strip()
 
     def stop(self) -> None:
-        _end(self.process)
+        end_process(self.process)
         self._log.close()
 
     def __enter__(self) -> ServerProcess:
@@ -130,7 +130,8 @@ def _output(log: IO[bytes]) -> str:
     return f"; its output:\n{text}" if text else ""
 
 
-def _end(process: subprocess.Popen[Any]) -> None:
+def end_process(process: subprocess.Popen[Any]) -> None:
+    """Stop a child process: politely, then for good; never left running."""
     if process.poll() is None:
         process.terminate()
         try:
