@@ -83,3 +83,48 @@ def test_an_unknown_plan_is_refused_naming_the_plans() -> None:
     with pytest.raises(ValueError, match="unknown plan 'gold': expected one of free, "):
         FakeQStash(plan="gold")
     assert FakeQStash(plan="Pay as you go").store.plan.name == "pay_as_you_go"
+
+
+@free
+def test_free_plan_caps_queue_parallelism(qstash: FakeQStash, client: QStash) -> None:
+    with pytest.raises(QStashError, match=r"412.*queue parallelism 3 exceeds the maximum of the"):
+        client.queue.upsert("q", parallelism=3)
+    assert qstash.store.queues == {}  # nothing created
+    client.queue.upsert("q", parallelism=2)
+    with pytest.raises(QStashError, match=r"412.*queue parallelism 3"):
+        client.queue.upsert("q", parallelism=3)  # an existing queue is capped too
+    assert client.queue.get("q").parallelism == 2
+
+
+@free
+def test_free_plan_holds_ten_queues(qstash: FakeQStash, client: QStash) -> None:
+    for i in range(9):
+        client.queue.upsert(f"q{i}")
+    client.message.enqueue(queue="q9", url=URL, body="x")  # the tenth, made by enqueue
+    client.queue.upsert("q0", parallelism=2)  # an existing queue creates nothing
+    client.message.enqueue(queue="q9", url=URL, body="x")
+    with pytest.raises(QStashError, match=r"412.*queue limit of the free plan reached \(10"):
+        client.queue.upsert("q10")
+    with pytest.raises(QStashError, match=r"412.*queue limit of the free plan"):
+        client.message.enqueue(queue="q10", url=URL, body="x")
+    with pytest.raises(QStashError, match=r"412.*queue limit of the free plan"):
+        client.message.batch([{"queue": "q10", "url": URL, "body": "x"}])
+    assert len(client.queue.list()) == 10
+    assert len(qstash.messages) == 2  # the refused ones lost nothing, created nothing
+    client.queue.delete("q0")
+    client.queue.upsert("q10")
+
+
+@free
+def test_free_plan_counts_a_resumed_schedule_as_active(qstash: FakeQStash, client: QStash) -> None:
+    for i in range(10):
+        client.schedule.create(destination=URL, cron="* * * * *", schedule_id=f"s{i}")
+    client.schedule.pause("s0")
+    client.schedule.create(destination=URL, cron="* * * * *", schedule_id="s10")
+    with pytest.raises(QStashError, match=r"412.*active schedule limit of the free plan"):
+        client.schedule.resume("s0")
+    assert client.schedule.get("s0").paused
+    client.schedule.resume("s1")  # not paused: resuming it activates nothing
+    client.schedule.delete("s10")
+    client.schedule.resume("s0")
+    assert not client.schedule.get("s0").paused

@@ -1,8 +1,11 @@
 """What the account's plan refuses: an oversized body, a delay too far ahead, too many
-retries, more messages than a day allows, more URL groups or active schedules than the plan
-holds. Each answers with a status and an ``{"error": ...}`` naming the limit and the plan."""
+retries, more messages than a day allows, more URL groups, active schedules or queues than
+the plan holds, a queue parallelism above the plan's. Each answers with a status and an
+``{"error": ...}`` naming the limit and the plan."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from ..state.options import MessageOptions
 from ..state.store import Store
@@ -74,9 +77,35 @@ def check_new_url_group(store: Store, name: str) -> None:
 
 
 def check_new_schedule(store: Store, schedule_id: str | None) -> None:
-    limit = store.plan.active_schedules
     if schedule_id is not None and schedule_id in store.schedules:
         return  # an overwrite creates nothing
+    _check_active_schedules(store)
+
+
+def check_resumed_schedule(store: Store, schedule_id: str) -> None:
+    """A paused schedule that resumes becomes active again: it counts against the limit."""
+    schedule = store.schedules.get(schedule_id)
+    if schedule is not None and schedule.paused:
+        _check_active_schedules(store)
+
+
+def check_queues(store: Store, names: Iterable[str | None], parallelism: int | None = None) -> None:
+    """Refuse an upsert or enqueue that would create more queues than the plan holds (queues
+    that exist already create nothing), or give a queue more parallelism than it allows."""
+    plan = store.plan
+    if parallelism is not None and parallelism > plan.queue_parallelism:
+        raise ApiError(
+            412,
+            f"queue parallelism {parallelism} exceeds the maximum of the {plan.name} plan "
+            f"({plan.queue_parallelism})",
+        )
+    new = {name for name in names if name is not None and name not in store.queues}
+    if new and len(store.queues) + len(new) > plan.queues:
+        raise ApiError(412, f"queue limit of the {plan.name} plan reached ({plan.queues} queues)")
+
+
+def _check_active_schedules(store: Store) -> None:
+    limit = store.plan.active_schedules
     active = sum(1 for s in store.schedules.values() if not s.paused)
     if active >= limit:
         raise ApiError(

@@ -17,7 +17,7 @@ from ..state.options import (
 )
 from ..state.store import Published, Store, UnknownDestination
 from ._http import ApiError, json_response, read_json
-from .plan_limits import check_daily, check_message
+from .plan_limits import check_daily, check_message, check_queues
 from .workflows import refuse_ended_run
 
 INVALID_DESTINATION = (
@@ -35,6 +35,7 @@ def enqueue(store: Store, request: httpx.Request, queue: str, destination: str) 
     check_name(queue, "queue name")
     opts = _checked_options(store, _request_options(request))
     check_message(store, opts, request.content)
+    check_queues(store, [queue])
     return _answer(_publish(store, destination, opts, request.content, queue=queue, daily=True))
 
 
@@ -44,6 +45,7 @@ def batch(store: Store, request: httpx.Request) -> httpx.Response:
         raise ApiError(400, "invalid batch request: expected a JSON array of messages")
     # Validate every item before creating any, so a bad item loses nothing already accepted.
     prepared = [_batch_item(store, index, item) for index, item in enumerate(items)]
+    check_queues(store, [queue for *_, queue in prepared])
     check_daily(store, len(prepared))
     answers: list[Any] = []
     for destination, opts, content, queue in prepared:

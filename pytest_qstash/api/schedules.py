@@ -17,7 +17,7 @@ from ._http import (
     json_response,
     put_body,
 )
-from .plan_limits import check_message, check_new_schedule
+from .plan_limits import check_message, check_new_schedule, check_resumed_schedule
 from .publish import check_destination, check_name, publish_options
 
 
@@ -67,6 +67,7 @@ def pause_schedule(store: Store, request: httpx.Request, schedule_id: str) -> ht
 
 
 def resume_schedule(store: Store, request: httpx.Request, schedule_id: str) -> httpx.Response:
+    check_resumed_schedule(store, schedule_id)
     store.resume_schedule(_schedule(store, schedule_id))
     return empty_response()
 

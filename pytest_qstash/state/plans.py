@@ -1,5 +1,6 @@
 """QStash plans and what each limits: message size, delay, retries, the longest an attempt
-may take, messages per day, URL groups, active schedules, attempts in flight account-wide.
+may take, messages per day, URL groups, active schedules, attempts in flight account-wide,
+queues and the parallelism a queue may have.
 
 Figures from Upstash's pricing page and docs; docs/api-coverage.md says which are confirmed.
 """
@@ -30,15 +31,45 @@ class Plan:
     active_schedules: int
     #: Attempts in flight at once, account-wide.
     global_parallelism: int
+    #: Queues the account may hold.
+    queues: int
+    #: The highest parallelism a queue may be given.
+    queue_parallelism: int
 
 
 PLANS: dict[str, Plan] = {
     plan.name: plan
     for plan in (
-        Plan("free", _MB, 7 * _DAY_MS, 3, 15 * 60_000, 1_000, 1, 10, 10),
-        Plan("pay_as_you_go", 10 * _MB, 365 * _DAY_MS, 5, 2 * 3_600_000, None, 100, 1_000, 100),
-        Plan("fixed_1m", 50 * _MB, None, 20, 6 * 3_600_000, 1_000_000, 1_000, 10_000, 200),
-        Plan("fixed_10m", 50 * _MB, None, 20, 12 * 3_600_000, 10_000_000, 2_000, 50_000, 1_000),
+        Plan("free", _MB, 7 * _DAY_MS, 3, 15 * 60_000, 1_000, 1, 10, 10, 10, 2),
+        Plan(
+            "pay_as_you_go",
+            10 * _MB,
+            365 * _DAY_MS,
+            5,
+            2 * 3_600_000,
+            None,
+            100,
+            1_000,
+            100,
+            100,
+            10,
+        ),
+        Plan(
+            "fixed_1m", 50 * _MB, None, 20, 6 * 3_600_000, 1_000_000, 1_000, 10_000, 200, 1_000, 10
+        ),
+        Plan(
+            "fixed_10m",
+            50 * _MB,
+            None,
+            20,
+            12 * 3_600_000,
+            10_000_000,
+            2_000,
+            50_000,
+            1_000,
+            1_000,
+            10,
+        ),
     )
 }
 _ALIASES = {"payg": "pay_as_you_go", "fixed": "fixed_10m"}
