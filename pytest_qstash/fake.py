@@ -28,6 +28,7 @@ from .intercept import DEFAULT_HOSTS, QStashRouter
 from .query import Found
 from .state.account import Account
 from .state.clock import DueEvent, VirtualClock
+from .state.dedup import DEFAULT_DEDUP_WINDOW_MS
 from .state.ids import IdGenerator
 from .state.models import (
     LATEST_MS,
@@ -42,7 +43,7 @@ from .state.plans import DEFAULT_PLAN, plan_named
 from .state.queues import Queue
 from .state.retry import DEFAULT_RETRIES
 from .state.schedules import Schedule
-from .state.store import DEFAULT_DEDUP_WINDOW_MS, Store
+from .state.store import Store
 from .state.trigger import trigger_run
 from .state.url_groups import UrlGroup
 from .state.workflows import WorkflowRun

@@ -41,7 +41,7 @@ def create_schedule(store: Store, request: httpx.Request, destination: str) -> h
     check_destination(store, destination, group_needs_endpoints=False)
     check_message(store, opts, request.content)
     check_new_schedule(store, opts.schedule_id)
-    schedule, deduplicated = store.put_schedule(
+    schedule, deduplicated = store.schedules.put(
         destination, cron, request.content, opts, opts.schedule_id
     )
     # A deduplicated creation answers the existing schedule's id with 202, as a publish does.
@@ -57,18 +57,18 @@ def list_schedules(store: Store, request: httpx.Request) -> httpx.Response:
 
 
 def delete_schedule(store: Store, request: httpx.Request, schedule_id: str) -> httpx.Response:
-    store.delete_schedule(schedule_id)
+    store.schedules.delete(schedule_id)
     return empty_response()
 
 
 def pause_schedule(store: Store, request: httpx.Request, schedule_id: str) -> httpx.Response:
-    store.pause_schedule(_schedule(store, schedule_id))
+    store.schedules.pause(_schedule(store, schedule_id))
     return empty_response()
 
 
 def resume_schedule(store: Store, request: httpx.Request, schedule_id: str) -> httpx.Response:
     check_resumed_schedule(store, schedule_id)
-    store.resume_schedule(_schedule(store, schedule_id))
+    store.schedules.resume(_schedule(store, schedule_id))
     return empty_response()
 
 

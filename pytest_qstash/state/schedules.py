@@ -12,14 +12,20 @@ they are translated to plain fields first (the stored ``cron`` keeps the text as
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from .models import ms_to_datetime
+from .clock import VirtualClock
+from .dedup import DEFAULT_DEDUP_WINDOW_MS, Deduplication, dedup_key
+from .ids import IdGenerator
+from .models import Message, ms_to_datetime
 from .options import MessageOptions
+from .url_groups import UnknownDestination
 
 
 class InvalidCron(ValueError):
@@ -149,23 +155,50 @@ class Schedule:
 
 
 class Schedules(dict[str, Schedule]):
-    """The account's schedules by id, with the rules of creating, overwriting, pausing,
-    resuming and firing them. Each method that plans a firing returns it (the schedule, whose
-    ``next_ms`` and ``generation`` say when and which) for the store to put on the clock."""
+    """The account's schedules by id, with the rules of creating, overwriting, deleting,
+    pausing, resuming and firing them, and their firings on the virtual clock: a schedule has
+    at most one planned firing, which goes stale (skipped when due) once the schedule is
+    deleted, replaced or paused."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, clock: VirtualClock, ids: IdGenerator, dedup_window_ms: int = DEFAULT_DEDUP_WINDOW_MS
+    ) -> None:
         super().__init__()
-        #: Deduplication of creations: key -> (schedule id, expiry).
-        self._dedup: dict[str, tuple[str, int]] = {}
-
-    def deduplicated(self, key: str | None, now_ms: int) -> Schedule | None:
-        """The schedule an earlier creation with the same key made within the window."""
-        hit = self._dedup.get(key) if key is not None else None
-        if hit is None or hit[1] <= now_ms:
-            return None
-        return self.get(hit[0])
+        self._clock = clock
+        self._ids = ids
+        #: Deduplication of creations (a schedule's firings are never deduplicated).
+        self.dedup = Deduplication(dedup_window_ms)
 
     def put(
+        self,
+        destination: str,
+        cron: CronExpression,
+        content: bytes,
+        opts: MessageOptions,
+        schedule_id: str | None = None,
+    ) -> tuple[Schedule, bool]:
+        """Create a schedule, or replace every setting of an existing one with this id.
+
+        Returns the schedule and whether the request was deduplicated: a deduplication id (or
+        content-based deduplication) applies once, to the creation, as QStash evaluates it
+        before creating the schedule; an earlier creation with the same key within the window
+        is answered instead.
+        """
+        now = self._clock.now_ms
+        key = _creation_key(destination, cron, content, opts, schedule_id)
+        original = self.dedup.deduplicated(key, now)
+        existing = self.get(original) if original is not None else None
+        if existing is not None:
+            return existing, True
+        if schedule_id is None:
+            schedule_id = "scd_" + self._ids.token(28)
+        schedule = self._put(schedule_id, destination, cron, content, opts, now)
+        if not schedule.paused:
+            self._plan_firing(schedule)
+        self.dedup.remember(key, schedule_id, now)
+        return schedule, False
+
+    def _put(
         self,
         schedule_id: str,
         destination: str,
@@ -202,9 +235,9 @@ class Schedules(dict[str, Schedule]):
             schedule.generation += 1  # the firing planned under the old settings goes stale
         return schedule
 
-    def remember(self, key: str | None, schedule_id: str, expires_ms: int) -> None:
-        if key is not None:
-            self._dedup[key] = (schedule_id, expires_ms)
+    def delete(self, schedule_id: str) -> bool:
+        # Its planned firing stays on the clock, stale: it is skipped when due.
+        return self.pop(schedule_id, None) is not None
 
     @staticmethod
     def pause(schedule: Schedule) -> None:
@@ -214,16 +247,15 @@ class Schedules(dict[str, Schedule]):
             schedule.paused = True
             schedule.generation += 1
 
-    @staticmethod
-    def resume(schedule: Schedule, now_ms: int) -> bool:
+    def resume(self, schedule: Schedule) -> None:
         """Fire again from the next cron time after now (the firings skipped are not caught
-        up); True when a firing is to be planned."""
+        up)."""
         if not schedule.paused:
-            return False
+            return
         schedule.paused = False
         schedule.generation += 1
-        schedule.next_ms = schedule.expression.next_after_ms(now_ms)
-        return True
+        schedule.next_ms = schedule.expression.next_after_ms(self._clock.now_ms)
+        self._plan_firing(schedule)
 
     def due(self, schedule_id: str, generation: int) -> Schedule | None:
         """The schedule a firing event is for, unless deleted, replaced or paused since."""
@@ -232,10 +264,45 @@ class Schedules(dict[str, Schedule]):
             return None
         return schedule
 
-    @staticmethod
-    def fired(schedule: Schedule, now_ms: int, message_ids: list[str], error: str | None) -> None:
-        """Record a firing and move on to the next cron time."""
+    def fire(
+        self,
+        schedule_id: str,
+        generation: int,
+        publish: Callable[[Schedule], list[Message]],
+    ) -> list[Message]:
+        """A cron firing: ``publish`` the template, record the firing (or why it published
+        nothing), then plan the next one."""
+        schedule = self.due(schedule_id, generation)
+        if schedule is None:
+            return []  # deleted, replaced or paused since this firing was planned
+        created: list[Message] = []
+        error = None
+        try:
+            created = publish(schedule)
+        except UnknownDestination:
+            error = f"url group {schedule.destination} does not exist"
+        now = self._clock.now_ms
         schedule.error = error
-        schedule.last_ms = now_ms
-        schedule.last_message_ids = message_ids
-        schedule.next_ms = schedule.expression.next_after_ms(now_ms)
+        schedule.last_ms = now
+        schedule.last_message_ids = [m.message_id for m in created]
+        schedule.next_ms = schedule.expression.next_after_ms(now)
+        self._plan_firing(schedule)
+        return created
+
+    def _plan_firing(self, schedule: Schedule) -> None:
+        self._clock.schedule(schedule.next_ms, "cron", schedule.schedule_id, schedule.generation)
+
+
+def _creation_key(
+    destination: str,
+    cron: CronExpression,
+    content: bytes,
+    opts: MessageOptions,
+    schedule_id: str | None,
+) -> str | None:
+    key = dedup_key(destination, content, opts)
+    if key is None or opts.deduplication_id is not None:
+        return key
+    # Content-based: QStash hashes every header sent, so the cron and the id count too.
+    extra = hashlib.sha256(f"{cron.text}\n{schedule_id or ''}".encode()).hexdigest()
+    return f"{key}|{extra}"

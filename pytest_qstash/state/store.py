@@ -1,12 +1,13 @@
-"""The in-memory QStash: messages and their lifecycle, the log, the DLQ, deduplication.
+"""The in-memory QStash: messages and their lifecycle, and the log.
 
 Every transition a message goes through happens here, is logged as QStash logs it, and puts
-what comes next on the virtual clock. Nothing here knows HTTP.
+what comes next on the virtual clock. The resources beside messages are collections that own
+their rules (the DLQ, deduplication, queues, flow-control keys, schedules, workflow runs); the
+store holds them and delegates. Nothing here knows HTTP.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import islice
@@ -24,6 +25,8 @@ from .attempts import (
 )
 from .callbacks import callback_options, callback_payload
 from .clock import DueEvent, VirtualClock
+from .dedup import DEFAULT_DEDUP_WINDOW_MS, Deduplication, dedup_key
+from .dlq import DeadLetters
 from .flow_control import FlowKey, FlowKeys
 from .ids import IdGenerator
 from .models import Delivery, DlqEntry, Event, Message, MessageState
@@ -38,17 +41,18 @@ from .retry import (
     default_backoff_ms,
     next_retry_delay_ms,
 )
-from .schedules import CronExpression, Schedule, Schedules
-from .url_groups import UrlGroup
+from .schedules import Schedule, Schedules
+from .url_groups import UnknownDestination, UrlGroup
 from .workflows import WorkflowRuns
 
-__all__ = ["NON_RETRYABLE_STATUS", "AttemptResult", "Store", "is_non_retryable"]
-
-DEFAULT_DEDUP_WINDOW_MS = 10 * 60 * 1000
-
-
-class UnknownDestination(ValueError):
-    """A destination that is neither an http(s) URL nor a URL group with endpoints."""
+__all__ = [
+    "DEFAULT_DEDUP_WINDOW_MS",
+    "NON_RETRYABLE_STATUS",
+    "AttemptResult",
+    "Store",
+    "UnknownDestination",
+    "is_non_retryable",
+]
 
 
 @dataclass(slots=True)
@@ -74,19 +78,18 @@ class Store:
         self.ids = ids
         self.account = account
         self.default_retries = default_retries
-        self.dedup_window_ms = dedup_window_ms
         self.messages: dict[str, Message] = {}
         self.events: list[Event] = []
-        self.dlq: dict[str, DlqEntry] = {}
+        self.dlq = DeadLetters()
+        #: Deduplication of published messages (schedule creations keep their own).
+        self.dedup = Deduplication(dedup_window_ms)
         self.url_groups: dict[str, UrlGroup] = {}
-        self.schedules = Schedules()
+        self.schedules = Schedules(clock, ids, dedup_window_ms)
         self.queues = Queues()
         self.flow_keys = FlowKeys()
-        self._dedup: dict[str, tuple[str, int]] = {}
         self._generation: dict[str, int] = {}
         #: The message whose delivery is running: what it publishes is its cascade.
         self.delivering: Message | None = None
-        self._dlq_seq = 0
         self._expressions: dict[str, RetryDelayExpression] = {}
         #: Callback messages not finished yet, by the message they report on: a queued
         #: message keeps its slot until they are done, as on QStash.
@@ -108,6 +111,10 @@ class Store:
         self._attempt_seq = 0
         #: Messages the API published on one UTC day: (the day's start, how many).
         self._published_day = (0, 0)
+
+    @property
+    def dedup_window_ms(self) -> int:
+        return self.dedup.window_ms
 
     # -- creation ---------------------------------------------------------------------------
     def create_message(
@@ -207,11 +214,13 @@ class Store:
         url_group: str | None = None,
         endpoint_name: str | None = None,
     ) -> Published:
-        key = self.dedup_key(url, content, opts)
+        key = dedup_key(url, content, opts)
         if key is not None and url_group is not None:
             # One deduplication id, many endpoints: each endpoint message is its own entry.
             key = f"{key}|{url}"
-        original = self.deduplicated(key) or self.workflows.existing_init(opts.workflow_headers)
+        original_id = self.dedup.deduplicated(key, self.clock.now_ms)
+        original = self.messages.get(original_id) if original_id is not None else None
+        original = original or self.workflows.existing_init(opts.workflow_headers)
         endpoint_url = url if url_group else None
         if original is not None:
             return Published(original, True, endpoint_url)
@@ -224,32 +233,8 @@ class Store:
             endpoint_name=endpoint_name,
             schedule_id=schedule_id,
         )
-        self.remember_dedup(key, message)
+        self.dedup.remember(key, message.message_id, self.clock.now_ms)
         return Published(message, False, endpoint_url)
-
-    def dedup_key(self, url: str, content: bytes, opts: MessageOptions) -> str | None:
-        """The key a publish is deduplicated on, or None when it asks for no deduplication."""
-        if opts.deduplication_id is not None:
-            return "id:" + opts.deduplication_id
-        if not opts.content_based_deduplication:
-            return None
-        digest = hashlib.sha256()
-        for part in (url.encode(), content, *_header_bytes(opts.headers)):
-            digest.update(len(part).to_bytes(8, "big") + part)
-        return "content:" + digest.hexdigest()
-
-    def deduplicated(self, key: str | None) -> Message | None:
-        """The message an earlier publish with the same key created within the window."""
-        if key is None:
-            return None
-        hit = self._dedup.get(key)
-        if hit is None or hit[1] <= self.clock.now_ms:
-            return None
-        return self.messages.get(hit[0])
-
-    def remember_dedup(self, key: str | None, message: Message) -> None:
-        if key is not None:
-            self._dedup[key] = (message.message_id, self.clock.now_ms + self.dedup_window_ms)
 
     # -- lifecycle --------------------------------------------------------------------------
     def live_message(self, message_id: str, generation: int) -> Message | None:
@@ -505,10 +490,6 @@ class Store:
         return (m for m in self.messages.values() if not m.done)
 
     # -- dead letters -----------------------------------------------------------------------
-    def delete_dlq_entry(self, dlq_id: str) -> bool:
-        """Remove one DLQ entry; False when there is none with this id."""
-        return self.dlq.pop(dlq_id, None) is not None
-
     def retry_dlq_entry(self, dlq_id: str, overrides: Mapping[str, str] | None = None) -> Message:
         """Publish a dead letter again and drop its entry: a new message (new id, retries
         counted from zero) with the stored URL, body, headers and options.
@@ -682,84 +663,19 @@ class Store:
             self._plan_delivery(message, max(message.not_before_ms, self.clock.now_ms))
 
     # -- schedules --------------------------------------------------------------------------
-    def put_schedule(
-        self,
-        destination: str,
-        cron: CronExpression,
-        content: bytes,
-        opts: MessageOptions,
-        schedule_id: str | None = None,
-    ) -> tuple[Schedule, bool]:
-        """Create a schedule, or replace every setting of an existing one with this id.
-
-        Returns the schedule and whether the request was deduplicated: a deduplication id (or
-        content-based deduplication) applies once, to the creation, as QStash evaluates it
-        before creating the schedule; an earlier creation with the same key within the window
-        is answered instead.
-        """
-        now = self.clock.now_ms
-        key = self._schedule_dedup_key(destination, cron, content, opts, schedule_id)
-        existing = self.schedules.deduplicated(key, now)
-        if existing is not None:
-            return existing, True
-        if schedule_id is None:
-            schedule_id = "scd_" + self.ids.token(28)
-        schedule = self.schedules.put(schedule_id, destination, cron, content, opts, now)
-        if not schedule.paused:
-            self._plan_firing(schedule)
-        self.schedules.remember(key, schedule_id, now + self.dedup_window_ms)
-        return schedule, False
-
-    def _schedule_dedup_key(
-        self,
-        destination: str,
-        cron: CronExpression,
-        content: bytes,
-        opts: MessageOptions,
-        schedule_id: str | None,
-    ) -> str | None:
-        key = self.dedup_key(destination, content, opts)
-        if key is None or opts.deduplication_id is not None:
-            return key
-        # Content-based: QStash hashes every header sent, so the cron and the id count too.
-        extra = hashlib.sha256(f"{cron.text}\n{schedule_id or ''}".encode()).hexdigest()
-        return f"{key}|{extra}"
-
-    def delete_schedule(self, schedule_id: str) -> bool:
-        # Its planned firing stays on the clock, stale: it is skipped when due.
-        return self.schedules.pop(schedule_id, None) is not None
-
-    def pause_schedule(self, schedule: Schedule) -> None:
-        self.schedules.pause(schedule)
-
-    def resume_schedule(self, schedule: Schedule) -> None:
-        if self.schedules.resume(schedule, self.clock.now_ms):
-            self._plan_firing(schedule)
-
     def fire_schedule(self, schedule_id: str, generation: int) -> list[Message]:
-        """A cron firing: publish from the template, then plan the next one."""
-        schedule = self.schedules.due(schedule_id, generation)
-        if schedule is None:
-            return []  # deleted, replaced or paused since this firing was planned
-        created: list[Message] = []
-        error = None
-        try:
-            published, _ = self.publish(
-                schedule.destination,
-                schedule.content,
-                schedule.options,
-                queue=schedule.queue,
-                schedule_id=schedule_id,
-            )
-            created = [p.message for p in published]
-        except UnknownDestination:
-            error = f"url group {schedule.destination} does not exist"
-        self.schedules.fired(schedule, self.clock.now_ms, [m.message_id for m in created], error)
-        self._plan_firing(schedule)
-        return created
+        """A cron firing: its schedule publishes from the template and plans the next one."""
+        return self.schedules.fire(schedule_id, generation, self._publish_firing)
 
-    def _plan_firing(self, schedule: Schedule) -> None:
-        self.clock.schedule(schedule.next_ms, "cron", schedule.schedule_id, schedule.generation)
+    def _publish_firing(self, schedule: Schedule) -> list[Message]:
+        published, _ = self.publish(
+            schedule.destination,
+            schedule.content,
+            schedule.options,
+            queue=schedule.queue,
+            schedule_id=schedule.schedule_id,
+        )
+        return [p.message for p in published]
 
     # -- internals --------------------------------------------------------------------------
     def _expression(self, text: str | None) -> RetryDelayExpression | None:
@@ -780,17 +696,7 @@ class Store:
         self._finished(message)
         if message.workflow_run_id is not None and self.workflows.is_third_party_call(message):
             return None
-        self._dlq_seq += 1
-        entry = DlqEntry(
-            dlq_id=f"{self.clock.now_ms}-{self._dlq_seq}",
-            message=message,
-            created_ms=self.clock.now_ms,
-            response_status=result.status,
-            response_headers=result.headers,
-            response_content=result.content,
-            error=result.error,
-        )
-        self.dlq[entry.dlq_id] = entry
+        entry = self.dlq.add(message, result, self.clock.now_ms)
         if message.workflow_run_id is not None:
             self.workflows.message_failed(message, entry, self.clock.now_ms)
         return entry
@@ -851,10 +757,6 @@ def _publish_headers(message: Message) -> dict[str, str]:
             if value is not None
         )
     return out
-
-
-def _header_bytes(headers: httpx.Headers) -> list[bytes]:
-    return sorted(f"{k.lower()}:{v}".encode() for k, v in headers.multi_items())
 
 
 def _error_text(result: AttemptResult) -> str:

@@ -8,6 +8,10 @@ from datetime import datetime
 from .models import ms_to_datetime
 
 
+class UnknownDestination(ValueError):
+    """A destination that is neither an http(s) URL nor a URL group with endpoints."""
+
+
 @dataclass(eq=False, slots=True)
 class Endpoint:
     url: str
