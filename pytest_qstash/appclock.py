@@ -330,20 +330,19 @@ class AutoClock:
         self._clock: AppClock | None = None
 
     def start(self, ms: int) -> None:
-        if _freezegun_active():
-            clock: AppClock = FreezegunClock()
+        clock: AppClock
+        if auto_choice() == "time-machine":
+            clock = TimeMachineClock()
         else:
-            problem = _time_machine_problem()
-            if problem is None:
-                clock = TimeMachineClock()
-            else:
+            if not _freezegun_active():
                 _warn_once(
-                    f"time-machine cannot be imported ({problem}): the app clock falls back to "
-                    "freezegun, which replaces the datetime classes and costs milliseconds per "
-                    "test. Install time-machine (pip install time-machine), or choose freezegun "
-                    "with time_library='freezegun' (ini: qstash_time_library = freezegun)"
+                    f"time-machine cannot be imported ({_time_machine_problem()}): the app "
+                    "clock falls back to freezegun, which replaces the datetime classes and "
+                    "costs milliseconds per test. Install time-machine (pip install "
+                    "time-machine), or choose freezegun with time_library='freezegun' (ini: "
+                    "qstash_time_library = freezegun)"
                 )
-                clock = FreezegunClock()
+            clock = FreezegunClock()
         clock.start(ms)
         self._clock = clock
 
@@ -380,6 +379,15 @@ def make_app_clock(library: str) -> AppClock:
             )
         return TimeMachineClock()
     return FreezegunClock()
+
+
+def auto_choice() -> str:
+    """The library ``"auto"`` starts now: freezegun under a running freezegun freezer
+    (time-machine cannot run under it) or when time-machine cannot be imported, else
+    time-machine."""
+    if _freezegun_active() or _time_machine_problem() is not None:
+        return "freezegun"
+    return "time-machine"
 
 
 def _time_machine_problem() -> str | None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from .appclock import LIBRARIES, _time_machine_problem, make_app_clock
+from .appclock import LIBRARIES, auto_choice, make_app_clock
 from .fake import FakeQStash
 from .intercept import KeepHttpxPatched, NetworkGuard, QStashOutsideFakeWarning
 from .report import section
@@ -133,8 +133,8 @@ def _header_parts(config: pytest.Config) -> list[str]:
         freeze = bool(config.getini("qstash_freeze_time"))
         library = config.getini("qstash_time_library") or "auto"
         clock = make_app_clock(library).name if freeze else "none"
-        if clock == "auto":  # chosen at each start: time-machine, unless it cannot import
-            clock = "time-machine" if _time_machine_problem() is None else "freezegun"
+        if clock == "auto":  # chosen at each start: said as it would be chosen now
+            clock = auto_choice()
     except (ValueError, pytest.UsageError):
         clock = "?"  # a bad setting: said by the first test that uses the fixture
     parts = [f"{clock} clock" if clock != "none" else "app clock not moved"]
