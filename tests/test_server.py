@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ from qstash.errors import QStashError
 from pytest_qstash import FakeQStash
 from pytest_qstash.delivery.transports import Unrouted
 from pytest_qstash.server import AppProcess, Client, ServerError, ServerProcess
+from pytest_qstash.server.process import ENV_NAMES
 
 HERE = Path(__file__).parent
 
@@ -221,6 +223,21 @@ def test_an_endpoint_that_is_down_is_a_failed_attempt(
     assert delivery.status is None
     assert delivery.error.startswith("ConnectError")
     assert qstash_server.messages[0].state == "RETRY"
+
+
+def test_output_is_what_the_process_logged() -> None:
+    # The log as the process wrote it (it said "; its output:" first, an error message's tail).
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(
+            [sys.executable, "-c", "import sys; sys.stderr.write('listening\\n')"], stderr=log
+        )
+        process.wait(timeout=30)
+        env = dict.fromkeys(ENV_NAMES, "x") | {"QSTASH_URL": "http://127.0.0.1:9"}
+        server = ServerProcess(process, env, log)
+
+        assert server.output == "listening"
+        log.write(b"more\n")  # what the process writes next lands after what was read
+        assert server.output == "listening\nmore"
 
 
 def test_reset_forgets_everything_and_time_stays(qstash_server: ServerProcess, sdk: QStash) -> None:

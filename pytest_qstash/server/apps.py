@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import IO
 
-from .process import end_process
+from .process import end_process, output_suffix, read_log
 
 # Not `uvicorn --fd`: uvicorn reads that socket as AF_UNIX, so asyncio leaves Nagle on and
 # every response with a body waits 40 ms for the client's delayed ACK. A socket built from the
@@ -113,16 +113,10 @@ class AppProcess:
     @property
     def output(self) -> str:
         """What the app wrote to stdout and stderr so far."""
-        return self._output().partition(":\n")[2]
+        return read_log(self._log)
 
     def _output(self) -> str:
-        if self._log.closed:
-            return ""
-        self._log.flush()
-        self._log.seek(0)
-        text = self._log.read().decode("utf-8", errors="replace")
-        self._log.seek(0, os.SEEK_END)
-        return f"; its output:\n{text}" if text else ""
+        return output_suffix(self._log)
 
     def stop(self) -> None:
         end_process(self.process)

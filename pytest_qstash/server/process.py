@@ -75,11 +75,11 @@ class ServerProcess(Client):
                     line = lines.get(timeout=timeout).decode().strip()
                 except queue.Empty:
                     raise RuntimeError(
-                        f"pytest-qstash serve did not start within {timeout} s" + _output(log)
+                        f"pytest-qstash serve did not start within {timeout} s" + output_suffix(log)
                     ) from None
                 if not line:  # end of output: the process ended
                     raise RuntimeError(
-                        f"pytest-qstash serve exited with {process.wait()}" + _output(log)
+                        f"pytest-qstash serve exited with {process.wait()}" + output_suffix(log)
                     )
                 name, _, value = line.partition("=")
                 if name in ENV_NAMES:
@@ -93,7 +93,7 @@ class ServerProcess(Client):
     @property
     def output(self) -> str:
         """What the server wrote to stderr so far (its log)."""
-        return _output(self._log).strip()
+        return read_log(self._log).strip()
 
     def stop(self) -> None:
         end_process(self.process)
@@ -120,13 +120,22 @@ def _read_lines(stream: IO[bytes], lines: queue.Queue[bytes]) -> None:
     lines.put(b"")
 
 
-def _output(log: IO[bytes]) -> str:
+def read_log(log: IO[bytes]) -> str:
+    """What a child process wrote to its log file so far ("" once the file is closed)."""
     if log.closed:
         return ""
-    position = log.tell()
+    log.flush()
     log.seek(0)
     text = log.read().decode("utf-8", errors="replace")
-    log.seek(position)
+    # The child writes through the same open file, sharing its offset: leave it at the end,
+    # where the child's next line goes.
+    log.seek(0, os.SEEK_END)
+    return text
+
+
+def output_suffix(log: IO[bytes]) -> str:
+    """The log, to end an error message with (nothing when it is empty)."""
+    text = read_log(log)
     return f"; its output:\n{text}" if text else ""
 
 
