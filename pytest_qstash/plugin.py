@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from . import hosts, httpx2_support
 from .appclock import LIBRARIES, auto_choice, make_app_clock
 from .fake import FakeQStash
 from .intercept import KeepHttpxPatched, NetworkGuard, QStashOutsideFakeWarning
@@ -22,6 +23,7 @@ _REPORTED_KEY = pytest.StashKey[bool]()
 _CALL_FAILED_KEY = pytest.StashKey[bool]()
 _GUARD_KEY = pytest.StashKey[NetworkGuard]()
 _OWNS_GUARD_KEY = pytest.StashKey[bool]()
+_GUARD2_KEY = pytest.StashKey["NetworkGuard | None"]()
 _KEEP_KEY = pytest.StashKey[KeepHttpxPatched]()
 _OWNS_KEEP_KEY = pytest.StashKey[bool]()
 
@@ -106,6 +108,10 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     _set_default_env()  # for `-p pytest_qstash.plugin` and pytester runs
+    try:
+        hosts.check_env()  # a QSTASH_URL no fake could intercept nor the guard stop
+    except ValueError as exc:
+        raise pytest.UsageError(f"pytest-qstash: {exc}") from None
     config.addinivalue_line(
         "markers",
         "qstash(**options): settings for the qstash fixture, which a marked test gets even "
@@ -119,8 +125,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if _bool_ini(config, "qstash_network_guard", at_configure=True):
         # One per process: a pytester run inside this session shares the running one.
         running = NetworkGuard.running()
-        config.stash[_GUARD_KEY] = running or NetworkGuard().started()
+        config.stash[_GUARD_KEY] = guard = running or NetworkGuard().started()
         config.stash[_OWNS_GUARD_KEY] = running is None
+        if running is None:  # and on httpcore2's pools, for httpx2 clients
+            config.stash[_GUARD2_KEY] = httpx2_support.start_guard(guard)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -173,6 +181,9 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     guard = config.stash.get(_GUARD_KEY, None)
     if guard is not None and config.stash.get(_OWNS_GUARD_KEY, False):
+        companion = config.stash.get(_GUARD2_KEY, None)
+        if companion is not None:
+            companion.stop(quiet=True)
         guard.stop(quiet=True)
     kept = config.stash.get(_KEEP_KEY, None)
     if kept is not None and config.stash.get(_OWNS_KEEP_KEY, False):
@@ -280,6 +291,7 @@ def qstash_fake(
         problem = f"invalid strict_teardown={strict_teardown!r}: expected True or False"
     try:
         if problem is None:
+            hosts.check_env()  # a test's own QSTASH_URL, set since pytest started
             fake = FakeQStash(**settings)
     except (TypeError, ValueError) as exc:
         problem = str(exc)
