@@ -10,7 +10,8 @@ reach httpx without them.
 A finder first on ``sys.meta_path`` sees the watched name's import, finds its spec through the
 finders after it, and wraps the spec's loader so that the callbacks run right after the
 module's code (the way wrapt's post-import hooks work). The real loader is put back on the
-module before they run, so nothing ever sees the wrapper.
+module before its code runs, so nothing else ever sees the wrapper. Should another finder
+ahead of this one load the module, ``catch_up`` (before each test) still starts them.
 """
 
 from __future__ import annotations
@@ -43,6 +44,14 @@ def cancel(callback: Callable[[], None]) -> None:
             del _callbacks[name]
     if not _callbacks and _FINDER in sys.meta_path:
         sys.meta_path.remove(_FINDER)
+
+
+def catch_up() -> None:
+    """Call the callbacks of every watched name imported without this finder seeing it: one
+    more finder inserted ahead of it on ``sys.meta_path`` (an import hook of another tool)
+    may have loaded it. The plugin asks before each test."""
+    for name in [name for name in _callbacks if name in sys.modules]:
+        _fire(name)
 
 
 def _fire(name: str) -> None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import hosts
+from . import hosts, import_hook
 from .appclock import LIBRARIES, clock_name
 from .session_routers import SessionRouters
 from .state.account import DEFAULT_ENV
@@ -165,6 +165,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             and "qstash_fake" not in item.fixturenames
         ):
             item.fixturenames.insert(0, "qstash_fake")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Before the test's fixtures: httpx imported by way of another import hook than ours
+    # (which would have started the session's routers already) is caught here at the latest.
+    import_hook.catch_up()
 
 
 @pytest.hookimpl(trylast=True)

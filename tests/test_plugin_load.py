@@ -104,3 +104,43 @@ def test_the_guard_starts_when_httpx_is_first_imported(
         "ignore::UserWarning",
     )
     result.assert_outcomes(passed=3)
+
+
+def test_httpx_loaded_past_the_hook_is_caught_before_the_next_test(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another tool's finder, ahead of ours on sys.meta_path, loads httpx: the guard starts
+    # before the next test's fixtures at the latest.
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    pytester.makepyfile(
+        """
+        import importlib.machinery
+        import sys
+
+
+        class Ahead:
+            def find_spec(self, name, path, target=None):
+                if name == "httpx":
+                    return importlib.machinery.PathFinder.find_spec(name, path, target)
+                return None
+
+
+        def test_import_httpx_in_a_test():
+            sys.meta_path.insert(0, Ahead())
+            import httpx  # noqa: F401
+
+            from pytest_qstash.intercept import NetworkGuard
+
+            assert NetworkGuard.running() is None  # our finder never saw the import
+
+
+        def test_the_next_test_is_guarded():
+            from pytest_qstash.intercept import NetworkGuard
+
+            assert NetworkGuard.running() is not None
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "pytest_qstash.plugin", "-p", "no:randomly", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=2)
