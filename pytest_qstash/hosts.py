@@ -107,7 +107,10 @@ def is_loopback(host: str | bytes) -> bool:
     except ValueError:
         return False
     mapped = getattr(address, "ipv4_mapped", None)
-    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
+    if mapped is not None:
+        address = mapped
+    # 0.0.0.0 and :: connect to this machine too.
+    return bool(address.is_loopback or address.is_unspecified)
 
 
 def is_upstash_qstash_host(host: str | bytes) -> bool:

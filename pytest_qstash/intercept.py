@@ -31,7 +31,7 @@ class QStashRouter(respx.MockRouter):
     ) -> None:
         super().__init__(assert_all_called=False, assert_all_mocked=True, using=using)
         self._api = api
-        self.api_bases = hosts.parse_bases(url for url in extra_urls if url)
+        self.api_bases = hosts.parse_bases(extra_urls)
 
     # respx snapshots a router's routes and calls on start and rolls them back on stop, with
     # a new mock-backed list each time (about 60 us, on every test). This router has no

@@ -7,7 +7,7 @@ import asyncio
 import importlib.util
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -16,7 +16,7 @@ from inner_pytest import run_inner
 from qstash import AsyncQStash, QStash
 from qstash.errors import QStashError
 
-from pytest_qstash import FakeQStash
+from pytest_qstash import FakeQStash, sslcache
 from pytest_qstash.hosts import ApiBase, canonical_host, is_loopback, is_upstash_qstash_host
 from pytest_qstash.intercept import NetworkGuard
 
@@ -60,6 +60,15 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(socket.socket, "connect", refuse("socket.connect"))
     monkeypatch.setattr(socket.socket, "connect_ex", refuse("socket.connect_ex"))
     return attempts
+
+
+@pytest.fixture
+def one_tls_context() -> Iterator[None]:
+    """The TLS context a fake shares between the clients built meanwhile, without a fake: the
+    guard's tests build five clients each (15 ms or more of CA bundle apiece, otherwise)."""
+    sslcache.acquire()
+    yield
+    sslcache.release()
 
 
 def configure(monkeypatch: pytest.MonkeyPatch, configured: str | None) -> list[str]:
@@ -126,6 +135,7 @@ def test_every_spelling_is_answered_by_the_fake(
 
 
 @pytest.mark.parametrize(("configured", "client_url"), SPELLINGS)
+@pytest.mark.usefixtures("one_tls_context")
 def test_every_spelling_is_stopped_by_the_guard_without_a_fake(
     monkeypatch: pytest.MonkeyPatch,
     no_network: list[str],
@@ -201,7 +211,12 @@ def test_canonical_host(spelled: str | bytes, canonical: str) -> None:
 
 
 def test_loopback_and_upstash_hosts_in_any_spelling() -> None:
-    assert all(map(is_loopback, ["LOCALHOST.", "app.localhost", "127.1", "[::1]", "::ffff:7f00:1"]))
+    assert all(
+        map(
+            is_loopback,
+            ["LOCALHOST.", "app.localhost", "127.1", "[::1]", "::ffff:7f00:1", "0.0.0.0"],
+        )
+    )
     assert not any(map(is_loopback, ["10.0.0.1", "localhost.example", "qstash.upstash.io"]))
     assert is_upstash_qstash_host("QSTASH-EU-CENTRAL-1.upstash.io.")
     assert not is_upstash_qstash_host("qstash.upstash.io.evil.test")
@@ -219,6 +234,7 @@ def test_loopback_and_upstash_hosts_in_any_spelling() -> None:
         ("http://qstash_dev:0", "port 0 is no port"),
         ("https://qstash.test/?region=eu", "no query or fragment"),
         ("  ", "it is empty"),
+        ("", "it is empty"),
     ],
 )
 def test_an_unusable_base_says_what_is_wrong_and_what_is_accepted(url: str, problem: str) -> None:
