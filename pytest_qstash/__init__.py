@@ -99,11 +99,15 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    import importlib
+    import importlib.util
+
     where = _WHERE.get(name)
     if where is None:
+        # A submodule, as ``import pytest_qstash`` used to load them all (``.fake``, ...).
+        if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}"):
+            return importlib.import_module(f".{name}", __name__)
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(where, __name__), name)
     globals()[name] = value  # once: later reads are plain attribute reads
     return value

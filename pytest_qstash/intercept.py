@@ -8,6 +8,9 @@ where it would have gone without us. There is no catch-all route to shadow anyon
 Under the fakes, for the whole pytest session, ``NetworkGuard`` sits on the ``httpcore``
 mocker, where only requests bound for the network arrive: a QStash call that no fake (and no
 test's own mock) answered is stopped there rather than sent to the real QStash.
+
+Which requests are QStash's, both routers ask ``hosts``. httpx2 clients are served by
+``httpx2_support``, which builds on this module (never the other way round).
 """
 
 from __future__ import annotations
