@@ -10,8 +10,9 @@ Hosts are compared in one spelling, ``canonical_host``: every spelling that reac
 server is the same host. Lower case; IDNA (``bücher.example`` is ``xn--bcher-kva.example``,
 the name DNS is asked); no trailing dot (``qstash.upstash.io.`` is the same name, fully
 qualified); no percent-escapes; IP literals in their standard form (``[2001:DB8:0::1]`` is
-``2001:db8::1``, and ``10.1`` is ``10.0.0.1``, as the resolver reads it). Any other character
-that httpx accepts (an underscore, as docker compose names services) is a host like any other.
+``2001:db8::1``, ``[::ffff:10.0.0.1]`` and ``10.1`` are ``10.0.0.1``, as the resolver reads
+them). Any other character that httpx accepts (an underscore, as docker compose names
+services) is a host like any other.
 
 Only the standard library is imported here (and ``idna``, for a host that is not ASCII), so
 that the pytest plugin can check ``QSTASH_URL`` when pytest starts without loading httpx.
@@ -19,6 +20,7 @@ that the pytest plugin can check ``QSTASH_URL`` when pytest starts without loadi
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import re
@@ -56,6 +58,7 @@ class URLLike(Protocol):
     def raw_path(self) -> bytes: ...
 
 
+@functools.lru_cache(maxsize=512)  # asked for every request a client sends
 def canonical_host(host: str | bytes) -> str:
     """The one spelling of ``host`` that this module compares (see the module's docstring)."""
     text = host.decode("ascii", "replace") if isinstance(host, bytes) else host
@@ -71,9 +74,11 @@ def canonical_host(host: str | bytes) -> str:
 
 def _ip_literal(host: str) -> str | None:
     try:
-        return str(ipaddress.ip_address(host))
+        address = ipaddress.ip_address(host)
     except ValueError:
         pass
+    else:  # '::ffff:10.0.0.7' is 10.0.0.7, reached over IPv6
+        return str(getattr(address, "ipv4_mapped", None) or address)
     if _NUMERIC_V4.fullmatch(host):
         try:  # '10.1', '0x7f.1', '2130706433': what getaddrinfo connects to
             return socket.inet_ntoa(socket.inet_aton(host))
@@ -106,9 +111,6 @@ def is_loopback(host: str | bytes) -> bool:
         address = ipaddress.ip_address(name.partition("%")[0])
     except ValueError:
         return False
-    mapped = getattr(address, "ipv4_mapped", None)
-    if mapped is not None:
-        address = mapped
     # 0.0.0.0 and :: connect to this machine too.
     return bool(address.is_loopback or address.is_unspecified)
 
