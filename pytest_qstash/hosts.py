@@ -199,18 +199,32 @@ _env_cache: tuple[str | None, ApiBase | None] = (None, None)
 
 
 def env_base() -> ApiBase | None:
-    """``QSTASH_URL``'s base, or None when unset. A value that is no base is None here: the
-    plugin refuses one when pytest starts and a fake when it starts (``check_env``); one set
-    later is no URL the SDKs can send to either."""
+    """``QSTASH_URL``'s base, or None when unset. The plugin refuses a value that is no base
+    when pytest starts and a fake refuses one when it starts (``check_env``); one set later
+    (by a test without a fake) still names the server it sends to, whole: see ``_reached``."""
     global _env_cache
     value = os.environ.get("QSTASH_URL") or None
     if value != _env_cache[0]:
         try:
             base = ApiBase.parse(value) if value else None
         except ValueError:
-            base = None
+            base = _reached(value or "")
         _env_cache = (value, base)
     return _env_cache[1]
+
+
+def _reached(url: str) -> ApiBase | None:
+    """The server a client still reaches with ``url`` though it is no base (a query, say: the
+    SDKs append the API path to it, and send it there), every path of it; None when no client
+    could send to it at all (no host, a bad port, another scheme)."""
+    try:
+        parts = _split(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
+        return None
+    return ApiBase(canonical_host(parts.hostname), port or DEFAULT_PORTS[parts.scheme], "")
 
 
 def check_env() -> None:

@@ -187,6 +187,24 @@ def test_a_base_a_fake_was_given_is_guarded_after_it_stops(
     assert no_network == []
 
 
+@pytest.mark.usefixtures("one_tls_context")
+def test_a_bad_qstash_url_set_during_a_test_is_still_guarded(
+    monkeypatch: pytest.MonkeyPatch, no_network: list[str]
+) -> None:
+    # Refused at start-up and by a fake, but set here, by a test without one: the SDK still
+    # sends to its host (the API path lands in the query), and the guard still stops it.
+    monkeypatch.setenv("QSTASH_URL", "http://qstash_dev:8080?region=eu")
+    guard = NetworkGuard.running()
+    assert guard is not None
+    try:
+        with pytest.raises(QStashError, match="503"):
+            QStash(token(), retry=False).message.publish(url=APP)
+    finally:
+        refused, guard.refused = guard.refused, []
+    assert len(refused) == 1
+    assert no_network == []
+
+
 def test_other_hosts_still_go_their_way(no_network: list[str]) -> None:
     # The lookalikes and other Upstash hosts are not QStash's: they reach the (refused) network.
     with FakeQStash() as fake:
