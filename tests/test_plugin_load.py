@@ -83,6 +83,11 @@ def test_the_guard_starts_when_httpx_is_first_imported(
 
             assert NetworkGuard.running() is not None
             assert KeepHttpxPatched.running() is not None
+            # httpx itself is as it would be without the hook: its own loader.
+            import httpx
+
+            assert type(httpx.__loader__).__name__ == "SourceFileLoader"
+            assert httpx.__spec__.loader is httpx.__loader__
 
 
         @pytest.mark.qstash(start="2026-01-01T00:00:00Z")
