@@ -28,7 +28,7 @@ import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
-from urllib.parse import SplitResult, unquote, urlsplit
+from urllib.parse import SplitResult, quote, unquote, urlsplit
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 #: QStash's own hosts, in canonical spelling: the global one and the regional ones.
@@ -139,7 +139,8 @@ class ApiBase:
         return cls(
             canonical_host(parts.hostname or ""),
             parts.port or DEFAULT_PORTS[parts.scheme],
-            parts.path.rstrip("/"),
+            # As httpx sends it: a path prefix is compared with the request's raw path.
+            quote(parts.path.rstrip("/"), safe="/%!$&'()*+,;=:@~"),
         )
 
     def prefix_of(self, host: str, port: int | None, path: str) -> str | None:
@@ -262,7 +263,7 @@ def qstash_prefix(url: URLLike, bases: Iterable[ApiBase]) -> str | None:
     """The path prefix to take off a request for a QStash base (``""`` for none), or None
     when ``url`` is not QStash's: QStash's own hosts, ``bases`` and ``QSTASH_URL``'s."""
     host, port, path = target(url)
-    if _UPSTASH_QSTASH.fullmatch(host):
+    if is_upstash_qstash_host(host):
         return ""
     prefixes = [
         prefix

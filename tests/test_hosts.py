@@ -40,6 +40,9 @@ SPELLINGS = [
     pytest.param("https://bücher.example", "https://BÜCHER.example.", id="idn"),
     pytest.param("https://bücher.example", "https://xn--bcher-kva.example", id="idn-punycode"),
     pytest.param("https://gateway.test/qstash", "https://GATEWAY.test./qstash", id="prefix"),
+    pytest.param(
+        "https://gateway.test/qstäsh", "https://gateway.test/qst%C3%A4sh", id="prefix-utf8"
+    ),
 ]
 
 
@@ -274,6 +277,7 @@ def test_an_unusable_base_says_what_is_wrong_and_what_is_accepted(url: str, prob
         ("http://QStash_Dev.:8080/", ApiBase("qstash_dev", 8080, "")),
         ("qstash.internal.test", ApiBase("qstash.internal.test", 443, "")),
         ("https://user@gateway.test/qstash/", ApiBase("gateway.test", 443, "/qstash")),
+        ("https://gateway.test/qstäsh v2", ApiBase("gateway.test", 443, "/qst%C3%A4sh%20v2")),
     ],
 )
 def test_a_base_in_any_spelling_is_one_base(url: str, base: ApiBase) -> None:
