@@ -1107,6 +1107,70 @@ def suite_scaling(report: Report, tests: int, workers: int, rounds: int) -> None
     )
 
 
+# -- 7. pytest start-up ----------------------------------------------------------------------
+#: The plugins each start-up case loads (plugin autoloading off, each named with -p).
+STARTUP_PLUGINS = {
+    "bare": (),
+    "pytest-httpx": ("pytest_httpx",),
+    "pytest-qstash": ("pytest_qstash.plugin", "pytest_qstash.server.fixture"),
+}
+
+
+def pytest_startup(report: Report, rounds: int) -> None:
+    """A pytest run of one trivial test: bare, with pytest-httpx (which imports httpx), with
+    pytest-qstash (its two entry points), in alternating rounds. What a run that never uses
+    QStash pays for having the plugin installed."""
+    if importlib.util.find_spec("pytest_httpx") is None:
+        report.skip("7. pytest start-up", "pytest-httpx is not installed", "<= 0.5x")
+        return
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+
+    def run(plugins: tuple[str, ...], root: Path) -> float:
+        args = [arg for plugin in plugins for arg in ("-p", plugin)]
+        began = time.perf_counter()
+        completed = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        elapsed = time.perf_counter() - began
+        if completed.returncode != 0:
+            raise RuntimeError(f"pytest {' '.join(args)} failed: {completed.stdout[-300:]}")
+        return elapsed
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "pytest.ini").write_text("[pytest]\n")
+        (root / "test_one.py").write_text("def test_one():\n    pass\n")
+        cases = {
+            name: (lambda plugins=plugins: run(plugins, root))
+            for name, plugins in STARTUP_PLUGINS.items()
+        }
+        result = interleaved(cases, rounds)
+    bare = result.median("bare")
+    added = {name: result.median(name) - bare for name in ("pytest-httpx", "pytest-qstash")}
+    ratio = added["pytest-qstash"] / added["pytest-httpx"] if added["pytest-httpx"] > 0 else None
+    report.check(
+        f"7. pytest start-up + pytest-httpx, one test ({rounds} rounds)",
+        f"{ms(result.median('pytest-httpx'))} (+{ms(added['pytest-httpx'])})",
+        ms(bare) + " bare",
+        None,
+        "info",
+        None,
+    )
+    report.check(
+        f"7. pytest start-up + pytest-qstash, one test ({rounds} rounds)",
+        f"{ms(result.median('pytest-qstash'))} (+{ms(added['pytest-qstash'])})",
+        f"+{ms(added['pytest-httpx'])} pytest-httpx adds",
+        ratio,
+        "<= 0.5x",
+        ratio is not None and ratio <= 0.5,
+    )
+
+
 # -- main ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Sizes:
@@ -1121,6 +1185,7 @@ class Sizes:
     copies_body: int
     workflow: tuple[int, int, int, int]  # steps, rounds, timed runs per round, real-SDK rounds
     scaling: tuple[int, int, int] | None  # tests, xdist workers, rounds
+    startup_rounds: int
 
 
 FULL = Sizes(
@@ -1135,10 +1200,11 @@ FULL = Sizes(
     8 * 2**20,
     (50, 21, 3, 5),
     (400, 4, 2),
+    9,
 )
 # No suite-scaling run: a dozen pytest processes, each importing the web stacks, take longer
 # than the whole smoke run may.
-SMOKE = Sizes((10, 2), (5, 2), 3, False, 5, (3, 2), (5, 4, 2), 1_000, 2**20, (3, 2, 1, 1), None)
+SMOKE = Sizes((10, 2), (5, 2), 3, False, 5, (3, 2), (5, 4, 2), 1_000, 2**20, (3, 2, 1, 1), None, 1)
 
 
 def machine() -> str:
@@ -1190,7 +1256,7 @@ def main() -> int:
         help="profile publish + deliver (default) or a 50-step workflow run, judge nothing",
     )
     parser.add_argument(
-        "--only", metavar="N", action="append", help="run only budget N (1-6; repeatable)"
+        "--only", metavar="N", action="append", help="run only budget N (1-7; repeatable)"
     )
     args = parser.parse_args()
     if args.profile:
@@ -1229,6 +1295,7 @@ def main() -> int:
     if size.scaling is not None:
         scaling = size.scaling
         steps.append(("6", ">= 0.8x", lambda: suite_scaling(report, *scaling)))
+    steps.append(("7", "<= 0.5x", lambda: pytest_startup(report, size.startup_rounds)))
     if args.only:
         steps = [step for step in steps if step[0] in args.only]
     for number, budget, step in steps:

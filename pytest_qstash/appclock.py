@@ -26,13 +26,13 @@ starts (and event loops are kept on real time with ``real_asyncio=True``).
 from __future__ import annotations
 
 import calendar
+import importlib.util
+import sys
 import time
 import warnings
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, Protocol
-
-from .state.models import ms_to_datetime
 
 LIBRARIES = ("auto", "time-machine", "freezegun", "none")
 
@@ -81,7 +81,7 @@ class TimeMachineClock:
                 "(time-machine refuses to run under freezegun): use time_library='auto', "
                 "which moves the clock with freezegun then"
             )
-        self._travel = time_machine.travel(ms_to_datetime(ms), tick=False)
+        self._travel = time_machine.travel(_datetime_at(ms), tick=False)
         # Travelling to an aware datetime would also switch the process's TZ to its zone
         # (UTC): only the instant is ours to move, the app's local zone stays its own.
         self._travel.destination_tzname = None
@@ -119,7 +119,7 @@ class FreezegunClock:
         outermost = not api.freeze_factories
         self._offset = _local_offset(ms)
         self._freezer = freezegun.freeze_time(
-            ms_to_datetime(ms),
+            _datetime_at(ms),
             # freezegun's naive now() is UTC plus this offset (UTC by default); what it still
             # reads it for (FakeDate.today) then gives the local date, as time-machine does.
             tz_offset=self._offset,
@@ -141,7 +141,7 @@ class FreezegunClock:
 
     def move_to(self, ms: int) -> None:
         if self._factory is not None and ms != self._ms:
-            self._factory.move_to(ms_to_datetime(ms))
+            self._factory.move_to(_datetime_at(ms))
             self._ms = ms
             self._follow_local_offset(ms)
 
@@ -381,17 +381,40 @@ def make_app_clock(library: str) -> AppClock:
     return FreezegunClock()
 
 
-def auto_choice() -> str:
+def clock_name(library: str) -> str:
+    """The name of the clock a fake would start for ``library`` now (``"auto"`` said as it
+    would choose), without importing a clock library: the report header, in every run. A
+    library that cannot start is ``"?"``; the fixture says why."""
+    if library not in LIBRARIES:
+        return "?"
+    if library == "auto":
+        return auto_choice(importing=False)
+    if library == "time-machine" and _time_machine_problem(importing=False) is not None:
+        return "?"
+    return library
+
+
+def auto_choice(*, importing: bool = True) -> str:
     """The library ``"auto"`` starts now: freezegun under a running freezegun freezer
     (time-machine cannot run under it) or when time-machine cannot be imported, else
-    time-machine."""
-    if _freezegun_active() or _time_machine_problem() is not None:
+    time-machine. ``importing=False`` asks only whether time-machine is installed (the report
+    header: said at start-up, where importing it would cost every run)."""
+    if _freezegun_active() or _time_machine_problem(importing=importing) is not None:
         return "freezegun"
     return "time-machine"
 
 
-def _time_machine_problem() -> str | None:
+def _datetime_at(ms: int) -> datetime:
+    from .state.models import ms_to_datetime  # with the engine, which the clock serves
+
+    return ms_to_datetime(ms)
+
+
+def _time_machine_problem(*, importing: bool = True) -> str | None:
     """Why time-machine cannot be imported, or None (an import once made is a dict lookup)."""
+    if not importing and "time_machine" not in sys.modules:
+        found = importlib.util.find_spec("time_machine") is not None
+        return None if found else "No module named 'time_machine'"
     try:
         import time_machine  # noqa: F401
     except ImportError as exc:

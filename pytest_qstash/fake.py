@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
-from . import api, sslcache
+from . import api, hosts, httpx2_support, sslcache
 from .api.faults import Fault, FaultTable
 from .appclock import AppClock, NoAppClock, make_app_clock
 from .delivery.dispatcher import Dispatcher, DispatchSettings
@@ -24,7 +24,7 @@ from .delivery.mounts import MountTable
 from .delivery.transports import DEFAULT_DELIVERY_TIMEOUT_S, Sender
 from .durations import Duration, parse_duration_ms
 from .errors import AsyncContextError, DeliveryLoopError
-from .intercept import DEFAULT_HOSTS, QStashRouter
+from .intercept import QStashRouter
 from .query import Found
 from .state.account import Account
 from .state.clock import DueEvent, VirtualClock
@@ -75,7 +75,8 @@ class FakeQStash:
     - ``max_deliveries_per_instant`` / ``max_deliveries_per_call``: the loop guard's limits.
     - ``delivery_timeout``: how long one delivery may take, in real time (default 30 s),
       before ``DeliveryTimeoutError`` fails the test (a duration: seconds, ``"500ms"``).
-    - ``base_urls``: more QStash API base URLs to intercept (``QSTASH_URL``'s host always is).
+    - ``base_urls``: more QStash API base URLs to intercept (QStash's own hosts and
+      ``QSTASH_URL`` always are): ``http(s)://host[:port][/path prefix]``.
     - ``token``, ``current_signing_key``, ``next_signing_key``: override the environment's.
     - ``plan``: the QStash plan whose limits apply: ``"free"``, ``"pay_as_you_go"``,
       ``"fixed_1m"`` or ``"fixed_10m"`` (the default, the most permissive).
@@ -139,8 +140,9 @@ class FakeQStash:
         self.mounts = MountTable()
         self._handler_times = HandlerTimes()
         self._faults = FaultTable(lambda: self.clock.now_ms)
-        urls = [*(f"https://{h}" for h in DEFAULT_HOSTS), *(base_urls or [])]
-        self.router = QStashRouter(self.handle, urls)
+        # QStash's own hosts and QSTASH_URL's are always intercepted (``hosts`` decides).
+        self.router = QStashRouter(self.handle, base_urls or [])
+        hosts.declare(self.router.api_bases)  # the network guard stops them, too
         self._sender = Sender(self.mounts, timeout_ms / 1000)
         self._app_clock: AppClock = make_app_clock(time_library) if freeze_time else NoAppClock()
         self._dispatcher = Dispatcher(
@@ -185,8 +187,10 @@ class FakeQStash:
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> FakeQStash:
         if not self._active:
+            hosts.check_env()  # a QSTASH_URL that is no base would go unintercepted
             self._app_clock.start(self.clock.now_ms)
             self.router.start()
+            httpx2_support.attach(self.router)  # httpx2 clients too, when installed
             sslcache.acquire()  # default httpx clients share one TLS context meanwhile
             self._active = True
             try:
@@ -200,6 +204,7 @@ class FakeQStash:
         if self._active:
             self._active = False
             try:
+                httpx2_support.detach(self.router)
                 self.router.stop(quiet=True)
             finally:
                 sslcache.release()

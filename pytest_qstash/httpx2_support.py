@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 from respx.mocks import HTTPCoreMocker, Mocker
 
-if TYPE_CHECKING:
-    from .intercept import NetworkGuard, QStashRouter
+# One way only: the interception knows nothing of httpx2; the fake attaches its router here
+# and the plugin starts the httpcore2 guard.
+from .intercept import NetworkGuard, QStashRouter, httpx_mocks_active
 
 #: Whether httpx2 / httpcore2 are installed (checked without importing them).
 HTTPX2_INSTALLED = importlib.util.find_spec("httpx2") is not None
@@ -84,9 +85,8 @@ def _wrapped(original: Callable[..., Any], client_type: type) -> Callable[..., A
 
 def _claim(request: Any) -> tuple[QStashRouter, str] | None:
     """The newest active router serving this httpx2 request's URL, and its path prefix."""
-    probe = httpx.Request(request.method, str(request.url))
     for router in _routers:
-        prefix = router._prefix(probe)
+        prefix = router.prefix_for(request.url)
         if prefix is not None:
             return router, prefix
     return None
@@ -181,8 +181,6 @@ def start_guard(owner: NetworkGuard) -> NetworkGuard | None:
     httpcore2 is not installed."""
     if not HTTPCORE2_INSTALLED:
         return None
-    from .intercept import NetworkGuard
-
     _guard_mocker()
 
     class Httpcore2Guard(NetworkGuard):
@@ -190,16 +188,6 @@ def start_guard(owner: NetworkGuard) -> NetworkGuard | None:
             super().__init__(using=GUARD_MOCKER)
             # What it refuses is reported with the httpcore guard's refusals.
             self._api = owner._refuse
-
-        def start(self) -> None:
-            from respx import MockRouter
-
-            MockRouter.start(self)
-
-        def stop(self, clear: bool = True, reset: bool = True, quiet: bool = False) -> None:
-            from respx import MockRouter
-
-            MockRouter.stop(self, clear=clear, reset=reset, quiet=quiet)
 
     guard = Httpcore2Guard()
     guard.start()
@@ -213,8 +201,6 @@ def takes_unmounted() -> bool:
     httpx2's mocks can answer it."""
     if not HTTPX2_INSTALLED:
         return False
-    from .intercept import QStashRouter, httpx_mocks_active
-
     mocker = Mocker.registry.get(GUARD_MOCKER)
     if mocker is None or all(isinstance(r, QStashRouter) for r in mocker.routers):
         return False

@@ -8,65 +8,21 @@ where it would have gone without us. There is no catch-all route to shadow anyon
 Under the fakes, for the whole pytest session, ``NetworkGuard`` sits on the ``httpcore``
 mocker, where only requests bound for the network arrive: a QStash call that no fake (and no
 test's own mock) answered is stopped there rather than sent to the real QStash.
+
+Which requests are QStash's, both routers ask ``hosts``. httpx2 clients are served by
+``httpx2_support``, which builds on this module (never the other way round).
 """
 
 from __future__ import annotations
 
-import ipaddress
-import os
-import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import httpx
 import respx
 from respx.models import AllMockedAssertionError, PassThrough
 
-from . import httpx2_support
+from . import hosts
 from .compat import httpx_transports_patched
-
-DEFAULT_HOSTS = ("qstash.upstash.io",)
-_REGIONAL = re.compile(r"qstash(-[a-z0-9-]+)?\.upstash\.io")
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-_HOST = re.compile(r"[a-z0-9.-]+|[0-9a-f:.]+")  # a name, an IPv4 or an IPv6 address
-
-
-@dataclass(frozen=True)
-class ApiBase:
-    """Where a QStash API lives: host, port and an optional path prefix (a proxy's
-    ``https://gateway.example.com/qstash``), which is taken off before routing."""
-
-    host: str
-    port: int
-    prefix: str
-
-    @classmethod
-    def parse(cls, url: str) -> ApiBase:
-        # QSTASH_URL is sometimes set to a bare host; the SDKs would add https:// to nothing,
-        # but reading it as https is the only sensible guess.
-        parts = urlsplit(url if "://" in url else f"https://{url}")
-        host = parts.hostname or ""
-        if parts.scheme not in _DEFAULT_PORTS or not _HOST.fullmatch(host):
-            raise ValueError(
-                f"not a QStash base URL: {url!r}; expected http(s)://host[:port][/prefix], "
-                "e.g. 'http://127.0.0.1:8080'"
-            )
-        return cls(
-            host,
-            parts.port or _DEFAULT_PORTS[parts.scheme],
-            parts.path.rstrip("/"),
-        )
-
-    def prefix_of(self, url: httpx.URL) -> str | None:
-        """The prefix to strip when this base serves ``url``, else None."""
-        port = url.port or _DEFAULT_PORTS.get(url.scheme)
-        if url.host != self.host or port != self.port:
-            return None
-        path = url.raw_path.decode("ascii").partition("?")[0]
-        if not self.prefix or path == self.prefix or path.startswith(f"{self.prefix}/"):
-            return self.prefix
-        return None
 
 
 class QStashRouter(respx.MockRouter):
@@ -78,9 +34,7 @@ class QStashRouter(respx.MockRouter):
     ) -> None:
         super().__init__(assert_all_called=False, assert_all_mocked=True, using=using)
         self._api = api
-        self._api_bases = [ApiBase.parse(url) for url in extra_urls if url]
-        self._env_url: str | None = None
-        self._env_base: ApiBase | None = None
+        self.api_bases = hosts.parse_bases(extra_urls)
 
     # respx snapshots a router's routes and calls on start and rolls them back on stop, with
     # a new mock-backed list each time (about 60 us, on every test). This router has no
@@ -93,25 +47,11 @@ class QStashRouter(respx.MockRouter):
 
     def _prefix(self, request: httpx.Request) -> str | None:
         """The path prefix to take off a request to a QStash API, or None: not ours."""
-        if _REGIONAL.fullmatch(request.url.host):
-            return ""
-        prefixes = [
-            prefix
-            for base in (*self._api_bases, self._qstash_url_base())
-            if base is not None and (prefix := base.prefix_of(request.url)) is not None
-        ]
-        return max(prefixes, key=len) if prefixes else None
+        return self.prefix_for(request.url)
 
-    def _qstash_url_base(self) -> ApiBase | None:
-        # Read per request: a test may set QSTASH_URL after the fake started.
-        env_url = os.environ.get("QSTASH_URL") or None
-        if env_url != self._env_url:
-            self._env_url = env_url
-            try:
-                self._env_base = ApiBase.parse(env_url) if env_url else None
-            except ValueError:
-                self._env_base = None  # not a URL: the SDK will fail on it by itself
-        return self._env_base
+    def prefix_for(self, url: hosts.URLLike) -> str | None:
+        """The same for any URL httpx or httpx2 would send to (``hosts`` decides)."""
+        return hosts.qstash_prefix(url, self.api_bases)
 
     def _answer(self, request: httpx.Request, prefix: str) -> httpx.Response:
         if prefix:
@@ -134,11 +74,6 @@ class QStashRouter(respx.MockRouter):
         if self in routers:
             routers.remove(self)
             routers.insert(0, self)
-        httpx2_support.attach(self)  # httpx2 clients too, when httpx2 is installed
-
-    def stop(self, clear: bool = True, reset: bool = True, quiet: bool = False) -> None:
-        httpx2_support.detach(self)
-        super().stop(clear=clear, reset=reset, quiet=quiet)
 
     def handler(self, request: httpx.Request) -> httpx.Response:
         prefix = self._prefix(request)
@@ -183,14 +118,6 @@ class NetworkGuard(QStashRouter):
 
     def start(self) -> None:
         respx.MockRouter.start(self)  # behind the test's own respx routers, registered later
-        # The same guard on httpcore2's pools, when installed (httpx2 clients).
-        self._httpcore2 = httpx2_support.start_guard(self)
-
-    def stop(self, clear: bool = True, reset: bool = True, quiet: bool = False) -> None:
-        companion, self._httpcore2 = getattr(self, "_httpcore2", None), None
-        if companion is not None:
-            companion.stop(quiet=True)
-        super().stop(clear=clear, reset=reset, quiet=quiet)
 
     def started(self) -> NetworkGuard:
         self.start()
@@ -206,9 +133,14 @@ class NetworkGuard(QStashRouter):
         # Loopback is no network (a local QStash dev server in QSTASH_URL); a test's own respx
         # route for the call answers it. pytest-httpx needs no such care: what it mocks never
         # gets this far.
-        if is_loopback(request.url.host) or _user_route_matches(request):
+        if hosts.is_loopback(request.url.raw_host) or _user_route_matches(request):
             return None
         return super()._prefix(request)
+
+    def prefix_for(self, url: hosts.URLLike) -> str | None:
+        # Besides QStash's own hosts and QSTASH_URL's: every base a fake of this process was
+        # given, though no fake is active now to say so.
+        return hosts.qstash_prefix(url, hosts.declared())
 
     def _refuse(self, request: httpx.Request) -> httpx.Response:
         path = request.url.raw_path.decode("ascii").partition("?")[0]
@@ -270,15 +202,6 @@ def _user_route_matches(request: httpx.Request) -> bool:
                 if route.pattern is None or route.pattern.match(request):
                     return True
     return False
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def user_interceptors_active() -> bool:

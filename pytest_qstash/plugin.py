@@ -1,29 +1,38 @@
-"""The pytest layer: environment before collection, fixtures, the marker, failure reports."""
+"""The pytest layer: environment before collection, fixtures, the marker, failure reports.
+
+Loaded in every pytest run of a project that installs pytest-qstash, also the many runs that
+never use QStash. So this module imports only what registering the hooks, ini options, marker
+and fixtures needs, and what setting the environment before collection needs (``hosts``,
+``appclock``, ``state.account``: the standard library). The engine, respx, httpx and the
+report load on first use, inside the hooks and fixtures below: the first ``qstash`` fixture
+(which the marker implies), a failing test's report. The session-wide routers start when
+httpx is imported (``session_routers``), so they are in place before anything could make a
+request with it.
+"""
 
 from __future__ import annotations
 
 import os
 import warnings
 from collections.abc import Generator, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .appclock import LIBRARIES, auto_choice, make_app_clock
-from .fake import FakeQStash
-from .intercept import KeepHttpxPatched, NetworkGuard, QStashOutsideFakeWarning
-from .report import section
+from . import hosts, import_hook
+from .appclock import LIBRARIES, clock_name
+from .session_routers import SessionRouters
 from .state.account import DEFAULT_ENV
-from .step_failures import StepFailureLog
 
-_FAKE_KEY = pytest.StashKey[FakeQStash]()
-_STEPS_KEY = pytest.StashKey[StepFailureLog]()
+if TYPE_CHECKING:
+    from .fake import FakeQStash
+    from .step_failures import StepFailureLog
+
+_FAKE_KEY: pytest.StashKey[FakeQStash] = pytest.StashKey()
+_STEPS_KEY: pytest.StashKey[StepFailureLog] = pytest.StashKey()
 _REPORTED_KEY = pytest.StashKey[bool]()
 _CALL_FAILED_KEY = pytest.StashKey[bool]()
-_GUARD_KEY = pytest.StashKey[NetworkGuard]()
-_OWNS_GUARD_KEY = pytest.StashKey[bool]()
-_KEEP_KEY = pytest.StashKey[KeepHttpxPatched]()
-_OWNS_KEEP_KEY = pytest.StashKey[bool]()
+_ROUTERS_KEY = pytest.StashKey[SessionRouters]()
 
 #: Marker keywords: each is the FakeQStash keyword argument of the same name (but
 #: strict_teardown, which the fixture itself checks).
@@ -106,21 +115,21 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     _set_default_env()  # for `-p pytest_qstash.plugin` and pytester runs
+    try:
+        hosts.check_env()  # a QSTASH_URL no fake could intercept nor the guard stop
+    except ValueError as exc:
+        raise pytest.UsageError(f"pytest-qstash: {exc}") from None
     config.addinivalue_line(
         "markers",
         "qstash(**options): settings for the qstash fixture, which a marked test gets even "
         "without asking, e.g. start='2026-01-01T00:00:00Z', freeze_time=False, "
         "raise_app_exceptions=False, strict=False, default_retries=0, strict_teardown=True",
     )
-    # One per process, as the guard below.
-    kept = KeepHttpxPatched.running()
-    config.stash[_KEEP_KEY] = kept or KeepHttpxPatched().started()
-    config.stash[_OWNS_KEEP_KEY] = kept is None
-    if _bool_ini(config, "qstash_network_guard", at_configure=True):
-        # One per process: a pytester run inside this session shares the running one.
-        running = NetworkGuard.running()
-        config.stash[_GUARD_KEY] = running or NetworkGuard().started()
-        config.stash[_OWNS_GUARD_KEY] = running is None
+    # The session's routers (the httpx patch kept between tests, the network guard) start
+    # the moment httpx is imported, or now if a conftest or plugin already imported it.
+    guard = _bool_ini(config, "qstash_network_guard", at_configure=True)
+    routers = config.stash[_ROUTERS_KEY] = SessionRouters(guard=guard)
+    routers.watch()
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -132,13 +141,12 @@ def _header_parts(config: pytest.Config) -> list[str]:
     try:
         freeze = bool(config.getini("qstash_freeze_time"))
         library = config.getini("qstash_time_library") or "auto"
-        clock = make_app_clock(library).name if freeze else "none"
-        if clock == "auto":  # chosen at each start: said as it would be chosen now
-            clock = auto_choice()
+        clock = clock_name(library) if freeze else "none"
     except (ValueError, pytest.UsageError):
         clock = "?"  # a bad setting: said by the first test that uses the fixture
     parts = [f"{clock} clock" if clock != "none" else "app clock not moved"]
-    parts.append(f"network guard {'on' if _GUARD_KEY in config.stash else 'off'}")
+    routers = config.stash.get(_ROUTERS_KEY, None)
+    parts.append(f"network guard {'on' if routers is not None and routers.guard_on else 'off'}")
     try:
         if config.getini("qstash_strict_teardown"):
             parts.append("strict teardown")
@@ -159,24 +167,31 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.fixturenames.insert(0, "qstash_fake")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Before the test's fixtures: httpx imported by way of another import hook than ours
+    # (which would have started the session's routers already) is caught here at the latest.
+    import_hook.catch_up()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item: pytest.Item) -> None:
     # Said as a warning of the test that made the calls (or of the first test after, for a
     # call made at import): visible in pytest's summary, an error under -W error.
-    guard = item.config.stash.get(_GUARD_KEY, None)
+    routers = item.config.stash.get(_ROUTERS_KEY, None)
+    guard = routers.guard if routers is not None else None
     if guard is not None and guard.refused:
+        from .intercept import QStashOutsideFakeWarning
+
         refused, guard.refused = guard.refused, []
         more = f" (and {len(refused) - 1} more such call(s))" if len(refused) > 1 else ""
         warnings.warn(QStashOutsideFakeWarning(refused[0] + more), stacklevel=1)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    guard = config.stash.get(_GUARD_KEY, None)
-    if guard is not None and config.stash.get(_OWNS_GUARD_KEY, False):
-        guard.stop(quiet=True)
-    kept = config.stash.get(_KEEP_KEY, None)
-    if kept is not None and config.stash.get(_OWNS_KEEP_KEY, False):
-        kept.stop(quiet=True)
+    routers = config.stash.get(_ROUTERS_KEY, None)
+    if routers is not None:
+        routers.stop()
 
 
 def _bool_ini(config: pytest.Config, name: str, *, at_configure: bool = False) -> bool:
@@ -267,6 +282,10 @@ def qstash_fake(
     request: pytest.FixtureRequest, qstash_apps: dict[str, Any]
 ) -> Iterator[FakeQStash]:
     """The fake QStash (also available as ``qstash``, for suites that own that name)."""
+    # The engine loads here, with the first test that uses it.
+    from .fake import FakeQStash
+    from .step_failures import StepFailureLog
+
     apps: Any = qstash_apps or {}
     if not isinstance(apps, Mapping):
         pytest.fail(
@@ -280,6 +299,7 @@ def qstash_fake(
         problem = f"invalid strict_teardown={strict_teardown!r}: expected True or False"
     try:
         if problem is None:
+            hosts.check_env()  # a test's own QSTASH_URL, set since pytest started
             fake = FakeQStash(**settings)
     except (TypeError, ValueError) as exc:
         problem = str(exc)
@@ -326,6 +346,8 @@ def pytest_runtest_makereport(
     # per test, from the first failed phase.
     if fake is None or not report.failed or item.stash.get(_REPORTED_KEY, False):
         return
+    from .report import section
+
     # None when the fake saw nothing: an empty timeline is noise in a failure report.
     text = section(fake.store, len(fake.deliveries), steps.by_run if steps else None)
     if text is not None:

@@ -47,7 +47,8 @@ from .. import httpx2_support
 from ..compat import PYTEST_HTTPX_NO_RESPONSE
 from ..compat import unrecord_in_pytest_httpx as _unrecord_in_pytest_httpx
 from ..errors import DeliveryTimeoutError, QStashFakeError
-from ..intercept import is_loopback, user_interceptors_active
+from ..hosts import is_loopback
+from ..intercept import user_interceptors_active
 from ..state.attempts import timeout_error
 from .lifespan import Lifespan
 from .mounts import Mount, MountTable

@@ -7,9 +7,32 @@ running one over its control API; the ``qstash_server`` fixture starts one per t
 
 from __future__ import annotations
 
-from .apps import AppProcess
-from .client import Client, ServerError
-from .process import ServerProcess
-from .records import Record
+from typing import TYPE_CHECKING, Any
+
+# Loaded on first use (PEP 562): the qstash_server plugin imports this package in every run.
+_WHERE = {
+    "AppProcess": ".apps",
+    "Client": ".client",
+    "ServerError": ".client",
+    "ServerProcess": ".process",
+    "Record": ".records",
+}
+
+if TYPE_CHECKING:
+    from .apps import AppProcess
+    from .client import Client, ServerError
+    from .process import ServerProcess
+    from .records import Record
 
 __all__ = ["AppProcess", "Client", "Record", "ServerError", "ServerProcess"]
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(where, __name__), name)
+    globals()[name] = value
+    return value

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .process import ENV_NAMES, ServerProcess
+if TYPE_CHECKING:  # loaded by the fixture: this module is imported in every pytest run
+    from .process import ServerProcess
 
-_SERVER_KEY = pytest.StashKey[ServerProcess]()
+_SERVER_KEY: pytest.StashKey[ServerProcess] = pytest.StashKey()
 _SAVED_ENV_KEY = pytest.StashKey[dict[str, "str | None"]]()
 
 
@@ -36,6 +37,8 @@ def qstash_server(
     tests that do not use it see the environment as it was. It has the fixture's verbs
     and lists (``tick``, ``advance``, ``drain``, ``messages``, ``deliveries``, ...) and
     ``reset()`` to forget what earlier tests left."""
+    from .process import ServerProcess
+
     options = {"clock": "virtual", **qstash_server_options}
     options["args"] = ["--credentials-from-env", "--stop-with-parent", *options.get("args", ())]
     server = ServerProcess.start(**options)
@@ -53,6 +56,8 @@ def qstash_server(
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
     if "qstash_server" in getattr(item, "fixturenames", ()):
+        from .process import ENV_NAMES
+
         item.stash[_SAVED_ENV_KEY] = {name: os.environ.get(name) for name in ENV_NAMES}
         server = item.config.stash.get(_SERVER_KEY, None)
         if server is not None:
