@@ -15,7 +15,7 @@ from typing import Literal, get_args
 import httpx
 
 from ..state.options import HTTP_METHODS
-from ._http import error_response
+from ._http import error_response, request_path
 
 FaultKind = Literal["error", "burst", "daily", "network"]
 FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
@@ -96,7 +96,7 @@ class FaultTable:
     def intercept(self, request: httpx.Request) -> httpx.Response | None:
         """The injected answer for ``request``, or None to let the API answer it.
         Raises ``httpx.ConnectError`` for a network fault."""
-        path = request.url.raw_path.decode("ascii").partition("?")[0]
+        path = request_path(request).partition("?")[0]
         for fault in self.faults:
             if fault.matches(request, path):
                 fault.failed.append(request)

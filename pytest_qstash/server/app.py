@@ -26,6 +26,8 @@ from typing import Any, Literal
 
 import httpx
 
+from ..api import same_token
+from ..api._http import request_path
 from ..fake import FakeQStash
 from ..state.models import Delivery
 from . import records
@@ -111,7 +113,7 @@ class QStashServerApp:
         if scope["type"] != "http":
             return
         request = await _read_request(scope, receive)
-        path = request.url.raw_path.decode("ascii").partition("?")[0]
+        path = request_path(request).partition("?")[0]
         if path == CONTROL_PREFIX or path.startswith(f"{CONTROL_PREFIX}/"):
             response = await self._control(request, path[len(CONTROL_PREFIX) :].strip("/"))
         else:
@@ -202,7 +204,7 @@ class QStashServerApp:
                 raise ControlError(401, "authorization header must be 'Bearer <QSTASH_TOKEN>'")
         if token is None:
             raise ControlError(401, "authorization header is missing")
-        if token != self.fake.token:
+        if not same_token(token, self.fake.token):
             raise ControlError(401, "invalid token: it is not this server's QSTASH_TOKEN")
 
     async def _act(self, request: httpx.Request, action: str) -> httpx.Response:
@@ -319,7 +321,7 @@ def _json_body(request: httpx.Request) -> dict[str, Any]:
         return {}
     try:
         body = json.loads(request.content)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ControlError(400, "the body is not JSON: expected a JSON object") from None
     if not isinstance(body, dict):
         raise ControlError(400, "expected a JSON object as the body")
