@@ -224,3 +224,12 @@ def test_the_control_client_says_what_was_refused(server: ServerProcess) -> None
         server.trigger("http://127.0.0.1:99999/")
     assert info.value.status == 400
     assert "workflow url" in info.value.message
+
+
+def test_a_network_fault_breaks_the_connection_rather_than_answering_500(
+    server: ServerProcess, api: httpx.Client
+) -> None:
+    server.fail_next("publish", kind="network")
+    with pytest.raises(httpx.TransportError):
+        api.post("/v2/publish/http://127.0.0.1:9/x")
+    assert api.post("/v2/publish/http://127.0.0.1:9/x").status_code == 200

@@ -117,7 +117,11 @@ class QStashServerApp:
         if path == CONTROL_PREFIX or path.startswith(f"{CONTROL_PREFIX}/"):
             response = await self._control(request, path[len(CONTROL_PREFIX) :].strip("/"))
         else:
-            response = self._api(request)
+            try:
+                response = self._api(request)
+            except httpx.TransportError:  # a fault of kind "network": no answer
+                await _break_connection(send)
+                return
         await _write_response(send, response)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -350,6 +354,13 @@ async def _read_request(scope: Scope, receive: Receive) -> httpx.Request:
         headers=[(k, v) for k, v in scope["headers"]],
         content=b"".join(chunks),
     )
+
+
+async def _break_connection(send: Send) -> None:
+    """End the exchange as a network error does: an answer is begun and never finished, so
+    the server closes the connection and the client sees it break (not an HTTP status)."""
+    headers = [(b"content-length", b"1")]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
 
 
 async def _write_response(send: Send, response: httpx.Response) -> None:
