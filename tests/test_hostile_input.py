@@ -254,6 +254,10 @@ def test_the_python_api_says_what_is_wrong(qstash: FakeQStash) -> None:
         qstash.trigger(f"{APP}/wf", headers={"X": "a\r\nb"})
     with pytest.raises(ValueError, match="failure_url"):
         qstash.trigger(f"{APP}/wf", failure_url="http://app.test:99999/")
+    with pytest.raises(ValueError, match="run_id"):
+        qstash.trigger(f"{APP}/wf", run_id="a\nb")
+    with pytest.raises(TypeError, match="mapping of name to value"):
+        qstash.trigger(f"{APP}/wf", headers={5: "x"})  # type: ignore[dict-item]
     assert qstash.runs == []
 
 

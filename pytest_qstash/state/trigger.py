@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from .deliverable import checked_url
+from .deliverable import checked_header, checked_url
 from .options import InvalidOption, parse_options
 from .store import Store
 
@@ -43,8 +43,14 @@ def trigger_run(
     an id it mints.)
     """
     url = checked_url(url, "workflow url")  # ValueError saying what is wrong
-    if headers is not None and not isinstance(headers, Mapping):
+    if headers is not None and (
+        not isinstance(headers, Mapping) or not all(isinstance(n, str) for n in headers)
+    ):
         raise TypeError(f"invalid headers {headers!r}: expected a mapping of name to value")
+    if run_id is not None and (not isinstance(run_id, str) or not run_id):
+        raise ValueError(f"invalid run_id {run_id!r}: expected a non-empty string")
+    if run_id is not None:
+        checked_header("Upstash-Workflow-RunId", run_id, "run_id")  # it is sent as a header
     if failure_url:
         failure_url = checked_url(failure_url, "failure_url")
     run_id = run_id or "wfr_" + store.ids.token(21)
