@@ -145,6 +145,17 @@ def test_undeliverable_header_values_are_refused(server: ServerProcess, sdk: QSt
     assert server.messages == []
 
 
+@pytest.mark.parametrize("destination", ["http://127.0.0.1\x00.x/", "http:///x", "http://[::1/x"])
+def test_undeliverable_batch_destinations_are_refused(
+    server: ServerProcess, api: httpx.Client, destination: str
+) -> None:
+    good = {"destination": "http://127.0.0.1:9/ok"}
+    response = api.post("/v2/batch", json=[good, {"destination": destination}])
+    assert response.status_code == 400
+    assert "destination url" in response.json()["error"]
+    assert server.messages == []
+
+
 def test_an_upper_case_scheme_is_delivered(
     server: ServerProcess, inbox: Inbox, sdk: QStash
 ) -> None:
