@@ -366,8 +366,8 @@ class FakeQStash:
           times by default, sleeping for real in between): build the client with
           ``retry=False``, or a zero backoff, in tests.
 
-        Faults are matched in the order they were armed. Bad arguments raise ``ValueError``
-        listing the accepted values.
+        Faults are matched in the order they were armed, by calls with the right token only.
+        Bad arguments raise ``ValueError`` listing the accepted values.
         """
         return self._faults.add(endpoint, status=status, kind=kind, times=times)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 
 import flask
 import httpx
@@ -23,7 +24,7 @@ API = "https://qstash.upstash.io"
 APP = "https://app.test"
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def sdk() -> QStash:
     """The SDK with its default retries: an exception out of the fake would cost real sleeps
     and show as more than one API call."""
@@ -31,9 +32,11 @@ def sdk() -> QStash:
 
 
 @pytest.fixture
-def api(qstash: FakeQStash) -> httpx.Client:
+def api(qstash: FakeQStash) -> Iterator[httpx.Client]:
     """A raw client, for what the SDK cannot send (bytes in headers, malformed JSON)."""
-    return httpx.Client(base_url=API, headers={"Authorization": f"Bearer {qstash.token}"})
+    headers = {"Authorization": f"Bearer {qstash.token}"}
+    with httpx.Client(base_url=API, headers=headers) as client:
+        yield client
 
 
 def starlette_inbox(qstash: FakeQStash) -> list[list[tuple[bytes, bytes]]]:

@@ -71,9 +71,11 @@ def _fresh(server: ServerProcess, inbox: Inbox) -> None:
     inbox.seen.clear()
 
 
-@pytest.fixture
-def sdk(server: ServerProcess) -> QStash:
-    return QStash(server.token, base_url=server.url)  # default retries: none must happen
+@pytest.fixture(scope="module")
+def sdk(server: ServerProcess) -> Iterator[QStash]:
+    client = QStash(server.token, base_url=server.url)  # default retries: none must happen
+    yield client
+    client.http._client.close()  # its keep-alive connections, before the server stops
 
 
 @pytest.fixture

@@ -212,7 +212,8 @@ class Harness:
         response = self.call(request)
         status = response.status_code
         if status < 400:
-            self.stored = self.snapshot()
+            if request.method != "GET":  # a read changes nothing: no need to look again
+                self.stored = self.snapshot()
             return
         if status == 501:
             assert "not implemented" in response.json()["error"]
@@ -226,8 +227,8 @@ class Harness:
 
 
 #: Examples per route (in-process; over HTTP, each costs a round trip or several).
-IN_PROCESS_EXAMPLES = 12
-SERVER_EXAMPLES = 4
+IN_PROCESS_EXAMPLES = 10
+SERVER_EXAMPLES = 3
 ROUTES = API_ROUTES + CONTROL_ROUTES
 FUZZ = settings(
     max_examples=IN_PROCESS_EXAMPLES,
@@ -249,6 +250,13 @@ class InProcess(Harness):
 
     def call(self, request: httpx.Request) -> httpx.Response:
         return self.loop.run_until_complete(self.client.send(request))
+
+    def snapshot(self) -> dict[str, Any]:
+        # What the control lists would answer, read without a request each.
+        fake = self.app.fake
+        return {
+            name: [LISTS[name][0](item) for item in getattr(fake, name)] for name in STATE_LISTS
+        }
 
     def close(self) -> None:
         self.loop.run_until_complete(self.client.aclose())

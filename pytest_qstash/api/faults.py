@@ -1,9 +1,10 @@
 """Injected failures of the QStash API itself, for testing the publisher's error handling.
 
-A ``FaultTable`` holds what to fail next. Every API request is checked against it before
-authentication and routing; a matching fault answers in place of the API (a 429 the SDK turns
-into ``RateLimitExceededError`` or ``DailyMessageLimitExceededError``, any error status, or a
-network error raised as ``httpx.ConnectError``) and nothing is stored for that call.
+A ``FaultTable`` holds what to fail next. Every authenticated API request is checked against
+it before routing (a caller without the token never uses a fault up); a matching fault
+answers in place of the API (a 429 the SDK turns into ``RateLimitExceededError`` or
+``DailyMessageLimitExceededError``, any error status, or a network error raised as
+``httpx.ConnectError``) and nothing is stored for that call.
 """
 
 from __future__ import annotations
