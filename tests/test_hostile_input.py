@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import flask
 import httpx
 import pytest
-from qstash import QStash, Receiver
+from qstash import AsyncQStash, QStash, Receiver
 from qstash.errors import QStashError
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -301,3 +301,38 @@ def test_refused_calls_are_kept_without_their_body(qstash: FakeQStash) -> None:
         assert answer.status_code == 401
     assert [(c.status, c.content) for c in qstash.api_calls] == [(401, b"")] * 5
     assert json.loads(qstash.api_calls[0].response_content)["error"].startswith("invalid token")
+
+
+@pytest.mark.asyncio
+async def test_the_async_sdk_gets_answers_not_exceptions(qstash: FakeQStash) -> None:
+    seen = starlette_inbox(qstash)
+    aclient = AsyncQStash(os.environ["QSTASH_TOKEN"])  # default retries, as an app has them
+    await aclient.message.batch_json([{"url": f"{APP}/a", "headers": {"Name": "Zoë"}}])
+    with pytest.raises(QStashError, match="destination url"):
+        await aclient.message.publish(url="http://app.test:99999/x", body="x")
+    assert len(qstash.api_calls) == 2
+    await qstash.atick()
+    assert (b"name", "Zoë".encode()) in seen[0]
+
+
+def test_webhook_mode_does_not_forward_the_publish_requests_own_hop_by_hop_headers(
+    qstash: FakeQStash, api: httpx.Client
+) -> None:
+    seen = starlette_inbox(qstash)
+    response = api.post(
+        f"/v2/publish/{APP}/hook",
+        content=b"{}",
+        headers={
+            "Upstash-Header-Forward": "true",
+            "Connection": "keep-alive",
+            "Keep-Alive": "timeout=5",
+            "TE": "trailers",
+            "X-Signature": "from-the-sender",
+        },
+    )
+    assert response.status_code == 200, response.text
+    qstash.tick()
+    headers = dict(seen[0])
+    assert headers[b"x-signature"] == b"from-the-sender"
+    assert b"keep-alive" not in headers
+    assert b"te" not in headers
