@@ -5,6 +5,7 @@ client where it cannot, and delivered over HTTP to a loopback endpoint that keep
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -246,3 +247,22 @@ def test_a_network_fault_breaks_the_connection_rather_than_answering_500(
     with pytest.raises(httpx.TransportError):
         api.post("/v2/publish/http://127.0.0.1:9/x")
     assert api.post("/v2/publish/http://127.0.0.1:9/x").status_code == 200
+
+
+@pytest.mark.parametrize("target", [b"*", b"http://elsewhere.test/v2/queues"])
+def test_a_request_target_that_is_no_path_is_a_400(server: ServerProcess, target: bytes) -> None:
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as connection:
+        connection.sendall(
+            b"GET "
+            + target
+            + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+            + server.token.encode()
+            + b"\r\nConnection: close\r\n\r\n"
+        )
+        answer = b""
+        while chunk := connection.recv(4096):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400")
+    assert json.loads(body)["error"].startswith("invalid request target")

@@ -112,7 +112,12 @@ class QStashServerApp:
             return
         if scope["type"] != "http":
             return
-        request = await _read_request(scope, receive)
+        try:
+            request = await _read_request(scope, receive)
+        except (httpx.InvalidURL, ValueError) as exc:  # a target such as "*": not a path
+            error = f"invalid request target: {exc}; expected a path such as /v2/publish/..."
+            await _write_response(send, httpx.Response(400, json={"error": error}))
+            return
         path = request_path(request).partition("?")[0]
         if path == CONTROL_PREFIX or path.startswith(f"{CONTROL_PREFIX}/"):
             response = await self._control(request, path[len(CONTROL_PREFIX) :].strip("/"))
