@@ -141,10 +141,20 @@ def test_undeliverable_destinations_are_refused(
     assert server.messages == []
 
 
-def test_undeliverable_header_values_are_refused(server: ServerProcess, sdk: QStash) -> None:
+@pytest.mark.parametrize(
+    ("headers", "said"),
+    [
+        ({"X": "a\r\nb: c"}, "Upstash-Forward-X"),
+        ({"X": "a\x00b"}, "Upstash-Forward-X"),
+        ({"A B": "x"}, "invalid header name"),
+    ],
+)
+def test_undeliverable_headers_are_refused(
+    server: ServerProcess, sdk: QStash, headers: dict[str, str], said: str
+) -> None:
     with pytest.raises(QStashError, match="400") as info:
-        sdk.message.batch([{"url": "http://127.0.0.1:9/x", "headers": {"X": "a\r\nb: c"}}])
-    assert "Upstash-Forward-X" in str(info.value)
+        sdk.message.batch([{"url": "http://127.0.0.1:9/x", "headers": headers}])
+    assert said in str(info.value)
     assert server.messages == []
 
 
