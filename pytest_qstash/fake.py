@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import httpx
 
 from . import api, hosts, httpx2_support, sslcache
+from .api._http import request_path
 from .api.faults import Fault, FaultTable
 from .appclock import AppClock, NoAppClock, make_app_clock
 from .delivery.dispatcher import Dispatcher, DispatchSettings
@@ -320,19 +321,23 @@ class FakeQStash:
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         """Answer one QStash API request (what the interception calls); each is kept in
-        ``api_calls``."""
-        path = request.url.raw_path.decode("ascii").partition("?")[0]
-        sent = (request.method, path, request.url, request.headers, request.content)
+        ``api_calls``, a refused one without its body (refused bodies must not pile up)."""
+        path = request_path(request).partition("?")[0]
         at_ms = self.clock.now_ms
+
+        def sent(content: bytes) -> tuple[str, str, httpx.URL, httpx.Headers, bytes]:
+            return (request.method, path, request.url, request.headers, content)
+
         try:
             response = api.handle(self.store, request, self._faults)
         except Exception as exc:  # an injected network error: the client gets no answer
             self._api_calls.append(
-                ApiCall(*sent, at_ms, None, error=f"{type(exc).__name__}: {exc}")
+                ApiCall(*sent(request.content), at_ms, None, error=f"{type(exc).__name__}: {exc}")
             )
             raise
+        kept = request.content if response.status_code < 400 else b""
         self._api_calls.append(
-            ApiCall(*sent, at_ms, response.status_code, response.headers, response.content)
+            ApiCall(*sent(kept), at_ms, response.status_code, response.headers, response.content)
         )
         if request.method == "GET" and response.status_code == 200 and path.startswith("/v2/dlq"):
             self._dlq_read.update(self.store.dlq)  # listed (or fetched) through the API
@@ -366,8 +371,8 @@ class FakeQStash:
           times by default, sleeping for real in between): build the client with
           ``retry=False``, or a zero backoff, in tests.
 
-        Faults are matched in the order they were armed. Bad arguments raise ``ValueError``
-        listing the accepted values.
+        Faults are matched in the order they were armed, by calls with the right token only.
+        Bad arguments raise ``ValueError`` listing the accepted values.
         """
         return self._faults.add(endpoint, status=status, kind=kind, times=times)
 

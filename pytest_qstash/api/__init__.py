@@ -1,16 +1,20 @@
 """The QStash HTTP API as plain functions from ``httpx.Request`` to ``httpx.Response``.
 
-``handle`` authenticates, routes on the raw path (destinations such as
-``/v2/publish/https://app.test/x?y=1`` keep their ``//`` and query) and turns ``ApiError``
-into QStash's ``{"error": ...}`` answers. Being a plain function, it serves respx side
-effects for sync and async clients alike.
+``handle`` authenticates first (before a fault armed with ``fail_next`` or any parsing),
+routes on the raw path (destinations such as ``/v2/publish/https://app.test/x?y=1`` keep
+their ``//`` and query; ids are percent-decoded) and turns ``ApiError`` into QStash's
+``{"error": ...}`` answers. Being a plain function, it serves respx side effects for sync and
+async clients alike.
 """
 
 from __future__ import annotations
 
+import hmac
+import logging
 import re
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import unquote
 
 import httpx
 
@@ -29,7 +33,7 @@ from . import (
     url_groups,
     workflows,
 )
-from ._http import ApiError, error_response
+from ._http import ApiError, error_response, request_path
 from .faults import FaultTable
 
 Handler = Callable[..., httpx.Response]
@@ -97,6 +101,8 @@ _TABLE: list[tuple[str, str, Handler]] = [
 ]
 _ROUTES = [(method, re.compile(pattern), handler) for method, pattern, handler in _TABLE]
 
+_log = logging.getLogger("pytest_qstash")
+
 #: QStash resources this fake does not serve yet: answered 501 with the endpoint named.
 _NOT_YET = (
     "/v2/workflows",  # the workflow DLQ (resume, restart, callback) and webhooks
@@ -109,22 +115,36 @@ _NOT_YET = (
 def handle(
     store: Store, request: httpx.Request, faults: FaultTable | None = None
 ) -> httpx.Response:
-    """Answer one QStash API request: an armed fault first (``qstash.fail_next``), else the
-    endpoint's handler; every error answer is kept for the failure report."""
+    """Answer one QStash API request: authentication first, then an armed fault
+    (``qstash.fail_next``), else the endpoint's handler; every error answer is kept for the
+    failure report. Nothing raises out of here but an injected network fault: an SDK retries
+    an exception five times with real sleeps, while it reports an answer at once."""
+    path, _, query = request_path(request).partition("?")
+    endpoint = f"{request.method} {path}"
+    try:
+        _authenticate(store, request)
+    except ApiError as exc:
+        response = error_response(exc.status, exc.message)
+        _record_rejection(store, request, response)
+        return response
     if faults is not None:
         injected = faults.intercept(request)
         if injected is not None:
             _record_rejection(store, request, injected, injected=True)
             return injected
-    path, _, query = request.url.raw_path.decode("ascii").partition("?")
-    endpoint = f"{request.method} {path}"
     try:
-        _authenticate(store, request)
         handler, params = _route(request.method, path, query, endpoint)
         response = handler(store, request, **params)
     except ApiError as exc:
         response = error_response(exc.status, exc.message)
         response.headers.update(exc.headers)
+    except Exception as exc:  # a bug: answer it rather than raise it into the app's SDK
+        _log.exception("pytest-qstash failed to answer %s", endpoint)
+        response = error_response(
+            400,
+            f"pytest-qstash could not handle {endpoint} ({type(exc).__name__}: {exc}); "
+            "this is a bug in pytest-qstash, please report it with the request",
+        )
     if not 200 <= response.status_code < 300:
         _record_rejection(store, request, response)
     return response
@@ -134,7 +154,7 @@ def _record_rejection(
     store: Store, request: httpx.Request, response: httpx.Response, injected: bool = False
 ) -> None:
     """Keep an error answer for the failure report: an app may swallow the SDK's exception."""
-    path = request.url.raw_path.decode("ascii").partition("?")[0]
+    path = request_path(request).partition("?")[0]
     try:
         error = str(response.json()["error"])
     except (ValueError, KeyError, TypeError):
@@ -155,9 +175,9 @@ def _authenticate(store: Store, request: httpx.Request) -> None:
         scheme, _, token = auth.partition(" ")
         if scheme.lower() != "bearer":
             raise ApiError(401, "authorization header must be 'Bearer <QSTASH_TOKEN>'")
-    if token != store.account.token:
+    if not same_token(token, store.account.token):
         message = "invalid token: it is not this account's QSTASH_TOKEN"
-        if token == DEFAULT_TOKEN:
+        if same_token(token, DEFAULT_TOKEN):
             # The client holds the plugin's session value; QSTASH_TOKEN changed since.
             message += (
                 " (the request carries the token pytest-qstash set for the session, but "
@@ -165,6 +185,13 @@ def _authenticate(store: Store, request: httpx.Request) -> None:
                 "monkeypatch.setenv: set it before the app is imported, or not at all)"
             )
         raise ApiError(401, message)
+
+
+def same_token(given: str | None, expected: str) -> bool:
+    """Whether ``given`` is ``expected``, in time that does not depend on where they differ."""
+    if given is None:
+        return False
+    return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), expected.encode())
 
 
 def _route(method: str, path: str, query: str, endpoint: str) -> tuple[Handler, dict[str, Any]]:
@@ -176,9 +203,12 @@ def _route(method: str, path: str, query: str, endpoint: str) -> tuple[Handler, 
         path_matched = True
         if route_method != method:
             continue
-        params = match.groupdict()
-        if "destination" in params:
-            params["destination"] = _destination(params["destination"], query)
+        # Ids are percent-decoded (a queue named in Unicode arrives as %C3%BC...); a
+        # destination is taken as sent.
+        params = {
+            name: _destination(value, query) if name == "destination" else unquote(value)
+            for name, value in match.groupdict().items()
+        }
         return handler, params
     if path.startswith(_NOT_YET):
         raise ApiError(501, f"{endpoint} is not implemented by pytest-qstash yet")

@@ -28,6 +28,12 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
+def request_path(request: httpx.Request) -> str:
+    """The raw path and query as sent (bytes beyond ASCII, which no client should send, are
+    escaped rather than refused)."""
+    return request.url.raw_path.decode("ascii", "backslashreplace")
+
+
 def json_response(data: Any, status: int = 200) -> httpx.Response:
     return httpx.Response(
         status,
@@ -51,6 +57,8 @@ def read_json(request: httpx.Request) -> Any:
         return json.loads(request.content)
     except ValueError as exc:
         raise ApiError(400, f"invalid JSON body: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, "invalid JSON body: nested too deeply") from None
 
 
 def header_map(headers: httpx.Headers, redact: tuple[str, ...] = ()) -> dict[str, list[str]]:

@@ -1,9 +1,10 @@
 """Injected failures of the QStash API itself, for testing the publisher's error handling.
 
-A ``FaultTable`` holds what to fail next. Every API request is checked against it before
-authentication and routing; a matching fault answers in place of the API (a 429 the SDK turns
-into ``RateLimitExceededError`` or ``DailyMessageLimitExceededError``, any error status, or a
-network error raised as ``httpx.ConnectError``) and nothing is stored for that call.
+A ``FaultTable`` holds what to fail next. Every authenticated API request is checked against
+it before routing (a caller without the token never uses a fault up); a matching fault
+answers in place of the API (a 429 the SDK turns into ``RateLimitExceededError`` or
+``DailyMessageLimitExceededError``, any error status, or a network error raised as
+``httpx.ConnectError``) and nothing is stored for that call.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Literal, get_args
 import httpx
 
 from ..state.options import HTTP_METHODS
-from ._http import error_response
+from ._http import error_response, request_path
 
 FaultKind = Literal["error", "burst", "daily", "network"]
 FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
@@ -96,7 +97,7 @@ class FaultTable:
     def intercept(self, request: httpx.Request) -> httpx.Response | None:
         """The injected answer for ``request``, or None to let the API answer it.
         Raises ``httpx.ConnectError`` for a network fault."""
-        path = request.url.raw_path.decode("ascii").partition("?")[0]
+        path = request_path(request).partition("?")[0]
         for fault in self.faults:
             if fault.matches(request, path):
                 fault.failed.append(request)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
+from ..state.deliverable import HOP_BY_HOP, Undeliverable, checked_url, is_url
 from ..state.options import (
     InvalidOption,
     MessageOptions,
@@ -56,19 +56,13 @@ def batch(store: Store, request: httpx.Request) -> httpx.Response:
 
 # -- internals ------------------------------------------------------------------------------
 #: Headers of the publish request itself, never forwarded in webhook mode.
-_NOT_FORWARDED = frozenset(
-    {
-        "authorization",
-        "host",
-        "content-length",
-        "connection",
-        "accept",
-        "accept-encoding",
-        "user-agent",
-        "content-type",
-        "transfer-encoding",
-    }
-)
+_NOT_FORWARDED = HOP_BY_HOP | {
+    "authorization",
+    "accept",
+    "accept-encoding",
+    "user-agent",
+    "content-type",
+}
 
 
 def _request_options(request: httpx.Request) -> httpx.Headers:
@@ -90,15 +84,19 @@ def _request_options(request: httpx.Request) -> httpx.Headers:
 Results = tuple[list[Published], bool]  # what was published, whether to a URL group
 
 
-def check_destination(store: Store, destination: str, *, group_needs_endpoints: bool) -> None:
-    """Refuse what QStash refuses: neither an http(s) URL with a host nor a URL group."""
-    if destination.startswith(("http://", "https://")):
-        if not urlsplit(destination).hostname:
-            raise ApiError(400, f"invalid destination url {destination!r}: it has no host")
-        return
+def check_destination(store: Store, destination: str, *, group_needs_endpoints: bool) -> str:
+    """The destination to publish to (a URL's scheme lower-cased); 400 for what QStash
+    refuses, neither an http(s) URL nor a URL group, and for a URL nothing could be
+    delivered to (no host, port 99999, ...)."""
+    if is_url(destination):
+        try:
+            return checked_url(destination, "destination url")
+        except Undeliverable as exc:
+            raise ApiError(400, str(exc)) from None
     group = store.url_groups.get(destination)
     if group is None or (group_needs_endpoints and not group.endpoints):
         raise ApiError(400, INVALID_DESTINATION)
+    return destination
 
 
 def _publish(
@@ -110,7 +108,7 @@ def _publish(
     queue: str | None,
     daily: bool = False,
 ) -> Results:
-    check_destination(store, destination, group_needs_endpoints=True)
+    destination = check_destination(store, destination, group_needs_endpoints=True)
     if daily:
         check_daily(store, 1)  # a batch counts all its messages before creating any
     try:
@@ -180,7 +178,7 @@ def _batch_item(
     opts = _checked_options(store, headers)
     content = (body or "").encode()
     check_message(store, opts, content)
-    check_destination(store, destination, group_needs_endpoints=True)
+    destination = check_destination(store, destination, group_needs_endpoints=True)
     return destination, opts, content, queue
 
 

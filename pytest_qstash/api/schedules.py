@@ -25,20 +25,21 @@ def create_schedule(store: Store, request: httpx.Request, destination: str) -> h
     # Upstash-Not-Before does not apply to schedules (an absolute time would hold every
     # firing's message until then): it is ignored, and does not hide Upstash-Delay.
     headers = httpx.Headers(
-        [(k, v) for k, v in request.headers.multi_items() if k.lower() != "upstash-not-before"]
+        [(k, v) for k, v in request.headers.raw if k.lower() != b"upstash-not-before"]
     )
     opts = publish_options(store, headers)
     if opts.cron is None:
         raise ApiError(400, "Upstash-Cron header is required to create a schedule")
     try:
         cron = CronExpression.parse(opts.cron)
+        cron.next_after_ms(store.clock.now_ms)  # a first run after the year 9999 is refused
     except InvalidCron as exc:
         raise ApiError(400, str(exc)) from None
     if opts.schedule_id is not None:
         check_name(opts.schedule_id, "schedule id")
     if opts.queue is not None:
         check_name(opts.queue, "queue name")
-    check_destination(store, destination, group_needs_endpoints=False)
+    destination = check_destination(store, destination, group_needs_endpoints=False)
     check_message(store, opts, request.content)
     check_new_schedule(store, opts.schedule_id)
     schedule, deduplicated = store.schedules.put(
@@ -68,7 +69,12 @@ def pause_schedule(store: Store, request: httpx.Request, schedule_id: str) -> ht
 
 def resume_schedule(store: Store, request: httpx.Request, schedule_id: str) -> httpx.Response:
     check_resumed_schedule(store, schedule_id)
-    store.schedules.resume(_schedule(store, schedule_id))
+    schedule = _schedule(store, schedule_id)
+    try:
+        schedule.expression.next_after_ms(store.clock.now_ms)
+    except InvalidCron as exc:
+        raise ApiError(400, str(exc)) from None
+    store.schedules.resume(schedule)
     return empty_response()
 
 

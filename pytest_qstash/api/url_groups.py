@@ -6,9 +6,10 @@ from typing import Any
 
 import httpx
 
+from ..state.deliverable import Undeliverable, checked_url
 from ..state.store import Store
 from ..state.url_groups import Endpoint, UrlGroup
-from ._http import ApiError, empty_response, json_response, read_json
+from ._http import ApiError, empty_response, json_response, read_json, request_path
 from .plan_limits import check_new_url_group
 from .publish import check_name
 
@@ -16,16 +17,14 @@ from .publish import check_name
 def upsert_endpoints(store: Store, request: httpx.Request, name: str) -> httpx.Response:
     check_name(name, "url group name")
     endpoints = _endpoints(read_json(request), need_url=True)
+    try:  # every endpoint is checked before the group changes
+        endpoints = [Endpoint(checked_url(e.url, "endpoint url"), e.name) for e in endpoints]
+    except Undeliverable as exc:
+        raise ApiError(400, str(exc)) from None
     check_new_url_group(store, name)
     now = store.clock.now_ms
     group = store.url_groups.setdefault(name, UrlGroup(name, now, now))
     for endpoint in endpoints:
-        if not endpoint.url.startswith(("http://", "https://")):
-            raise ApiError(
-                400,
-                f"invalid endpoint url {endpoint.url!r}: endpoint has invalid scheme, "
-                "add http:// or https://",
-            )
         group.upsert(endpoint, now)
     return empty_response()
 
@@ -89,7 +88,7 @@ def set_default_headers(store: Store, request: httpx.Request, name: str) -> http
     """``PATCH /v2/topics/{name}`` with ``{"headers": {...}}`` (not in the SDK). QStash documents
     the call in one line, not how the stored headers combine with a message's own, nor how a
     group shows them: answered 501, as other endpoints not served, rather than guessed."""
-    path = request.url.raw_path.decode("ascii").partition("?")[0]
+    path = request_path(request).partition("?")[0]
     raise ApiError(
         501,
         f"PATCH {path} is not implemented by pytest-qstash yet (a URL group's default headers)",

@@ -464,9 +464,31 @@ async def _asgi(app: Any, root_path: str, request: httpx.Request) -> Outcome:
 
 def _wsgi(mount: Mount, request: httpx.Request) -> Outcome:
     __tracebackhide__ = True
-    transport = httpx.WSGITransport(app=mount.app, raise_app_exceptions=True)
+    app, request = _latin1_environ(mount.app, request)
+    transport = httpx.WSGITransport(app=app, raise_app_exceptions=True)
     response = transport.handle_request(request)
     return Outcome(response.status_code, response.headers, response.read())
+
+
+def _latin1_environ(app: Any, request: httpx.Request) -> tuple[Any, httpx.Request]:
+    """httpx's WSGI transport takes header values for ASCII; a value beyond it (UTF-8, as
+    QStash forwards it) reaches the app as PEP 3333 says, its bytes read as latin-1."""
+    wide = {_environ_key(k): v.decode("latin-1") for k, v in request.headers.raw if not v.isascii()}
+    if not wide:
+        return app, request
+    headers = [(k, v if v.isascii() else b"") for k, v in request.headers.raw]
+    stripped = httpx.Request(request.method, request.url, headers=headers, content=request.content)
+
+    def restored(environ: dict[str, Any], start_response: Any) -> Any:
+        environ.update(wide)
+        return app(environ, start_response)
+
+    return restored, stripped
+
+
+def _environ_key(name: bytes) -> str:
+    key = name.decode("ascii").upper().replace("-", "_")
+    return key if key in ("CONTENT_TYPE", "CONTENT_LENGTH") else "HTTP_" + key
 
 
 @dataclass(eq=False, slots=True)

@@ -26,6 +26,8 @@ from typing import Any, Literal
 
 import httpx
 
+from ..api import same_token
+from ..api._http import request_path
 from ..fake import FakeQStash
 from ..state.models import Delivery
 from . import records
@@ -110,12 +112,21 @@ class QStashServerApp:
             return
         if scope["type"] != "http":
             return
-        request = await _read_request(scope, receive)
-        path = request.url.raw_path.decode("ascii").partition("?")[0]
+        try:
+            request = await _read_request(scope, receive)
+        except (httpx.InvalidURL, ValueError) as exc:  # a target such as "*": not a path
+            error = f"invalid request target: {exc}; expected a path such as /v2/publish/..."
+            await _write_response(send, httpx.Response(400, json={"error": error}))
+            return
+        path = request_path(request).partition("?")[0]
         if path == CONTROL_PREFIX or path.startswith(f"{CONTROL_PREFIX}/"):
             response = await self._control(request, path[len(CONTROL_PREFIX) :].strip("/"))
         else:
-            response = self._api(request)
+            try:
+                response = self._api(request)
+            except httpx.TransportError:  # a fault of kind "network": no answer
+                await _break_connection(send)
+                return
         await _write_response(send, response)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -202,7 +213,7 @@ class QStashServerApp:
                 raise ControlError(401, "authorization header must be 'Bearer <QSTASH_TOKEN>'")
         if token is None:
             raise ControlError(401, "authorization header is missing")
-        if token != self.fake.token:
+        if not same_token(token, self.fake.token):
             raise ControlError(401, "invalid token: it is not this server's QSTASH_TOKEN")
 
     async def _act(self, request: httpx.Request, action: str) -> httpx.Response:
@@ -319,7 +330,7 @@ def _json_body(request: httpx.Request) -> dict[str, Any]:
         return {}
     try:
         body = json.loads(request.content)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ControlError(400, "the body is not JSON: expected a JSON object") from None
     if not isinstance(body, dict):
         raise ControlError(400, "expected a JSON object as the body")
@@ -348,6 +359,13 @@ async def _read_request(scope: Scope, receive: Receive) -> httpx.Request:
         headers=[(k, v) for k, v in scope["headers"]],
         content=b"".join(chunks),
     )
+
+
+async def _break_connection(send: Send) -> None:
+    """End the exchange as a network error does: an answer is begun and never finished, so
+    the server closes the connection and the client sees it break (not an HTTP status)."""
+    headers = [(b"content-length", b"1")]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
 
 
 async def _write_response(send: Send, response: httpx.Response) -> None:

@@ -248,7 +248,8 @@ def _read(name: str, value: Any) -> Any:
     if name in TIME_FIELDS:
         return datetime.fromisoformat(value.replace("Z", "+00:00"))
     if name in HEADER_FIELDS:
-        return httpx.Headers([(k, v) for k, v in value])
+        # As bytes: a value beyond ASCII (UTF-8, as QStash forwards it) is kept.
+        return httpx.Headers([(k.encode(), v.encode()) for k, v in value])
     if name == "deliveries":
         return [Record("delivery", d) for d in value]
     if name == "steps":

@@ -7,12 +7,13 @@ callbacks all build their messages from a ``MessageOptions``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import httpx
 
 from ..durations import parse_duration_ms
+from .deliverable import Undeliverable, checked_header, checked_url, encoded_headers, is_forwarded
 from .flow_control import MAX_PERIOD_S
 from .models import LATEST_MS, FlowControl
 from .retry import InvalidRetryDelay, RetryDelayExpression
@@ -20,6 +21,13 @@ from .retry import InvalidRetryDelay, RetryDelayExpression
 
 class InvalidOption(ValueError):
     """A header's value is not one QStash accepts (the API answers 400 with this text)."""
+
+
+def _checked(check: Callable[..., str], *args: str) -> str:
+    try:
+        return check(*args)
+    except Undeliverable as exc:
+        raise InvalidOption(str(exc)) from None
 
 
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
@@ -70,9 +78,12 @@ def parse_options(headers: Mapping[str, str]) -> MessageOptions:
     for raw_name, value in _items(headers):
         name = raw_name.lower()
         if name == "content-type":
-            content_type = value
+            content_type = _checked(checked_header, "Content-Type", value, canonical(raw_name))
         elif name.startswith(_FORWARD):
-            forwarded.append((canonical(raw_name[len(_FORWARD) :]), value))
+            forwarded_name = raw_name[len(_FORWARD) :]
+            value = _checked(checked_header, forwarded_name, value, canonical(raw_name))
+            if is_forwarded(forwarded_name):
+                forwarded.append((canonical(forwarded_name), value))
         elif name.startswith(_FAILURE_CALLBACK):
             failure.append((raw_name, value))
         elif name.startswith(_CALLBACK):
@@ -92,9 +103,11 @@ def parse_options(headers: Mapping[str, str]) -> MessageOptions:
         at = len(forwarded) if opts.workflow_headers else 0
         forwarded.insert(at, ("Content-Type", content_type))
     # Otherwise a forwarded Content-Type overrides the request's own one.
-    opts.headers = httpx.Headers(_last_wins(forwarded))
-    opts.callback_headers = httpx.Headers(callback) if callback else None
-    opts.failure_callback_headers = httpx.Headers(failure) if failure else None
+    # Kept as bytes in the encoding they came in: text beyond ASCII is delivered as sent.
+    encoding = headers.encoding if isinstance(headers, httpx.Headers) else "utf-8"
+    opts.headers = encoded_headers(_last_wins(forwarded), encoding)
+    opts.callback_headers = encoded_headers(callback, encoding) if callback else None
+    opts.failure_callback_headers = encoded_headers(failure, encoding) if failure else None
     return opts
 
 
@@ -228,12 +241,7 @@ def _bool(value: str, header: str) -> bool:
 
 
 def _url(value: str, header: str) -> str:
-    if not value.startswith(("http://", "https://")):
-        raise InvalidOption(
-            f"invalid {header} {value!r}: invalid callback url: endpoint has invalid scheme, "
-            "add http:// or https://"
-        )
-    return value
+    return _checked(checked_url, value, header)
 
 
 _REDACT = re.compile(r"body|headers?|headers?\[[^\]]+\]")

@@ -23,7 +23,7 @@ from cronsim import CronSim, CronSimError
 from .clock import VirtualClock
 from .dedup import DEFAULT_DEDUP_WINDOW_MS, Deduplication, dedup_key
 from .ids import IdGenerator
-from .models import Message, ms_to_datetime
+from .models import LATEST_MS, Message, ms_to_datetime
 from .options import MessageOptions
 from .url_groups import UnknownDestination
 
@@ -93,12 +93,21 @@ class CronExpression:
         return cls(text, fields, zone)
 
     def next_after_ms(self, ms: int) -> int:
-        """The first firing strictly after ``ms`` (cron has a 1-minute resolution)."""
-        start = ms_to_datetime(ms).astimezone(self.zone)
-        fire: datetime = next(iter(CronSim(self.fields, start)))
-        if fire <= start:  # cronsim may answer the start itself when it is on a minute
-            fire = next(iter(CronSim(self.fields, start + timedelta(seconds=1))))
-        return round(fire.timestamp() * 1000)
+        """The first firing strictly after ``ms`` (cron has a 1-minute resolution);
+        ``InvalidCron`` when there is none before the year 9999 ends."""
+        try:
+            start = ms_to_datetime(ms).astimezone(self.zone)
+            fire: datetime = next(iter(CronSim(self.fields, start)))
+            if fire <= start:  # cronsim may answer the start itself when it is on a minute
+                fire = next(iter(CronSim(self.fields, start + timedelta(seconds=1))))
+            fire_ms = round(fire.timestamp() * 1000)
+        except (OverflowError, StopIteration, ValueError):
+            fire_ms = LATEST_MS + 1
+        if fire_ms > LATEST_MS:
+            raise InvalidCron(
+                f"invalid cron {self.text!r}: its next run would be after the year 9999"
+            )
+        return fire_ms
 
 
 @dataclass(eq=False, slots=True)
@@ -285,7 +294,11 @@ class Schedules(dict[str, Schedule]):
         schedule.error = error
         schedule.last_ms = now
         schedule.last_message_ids = [m.message_id for m in created]
-        schedule.next_ms = schedule.expression.next_after_ms(now)
+        try:
+            schedule.next_ms = schedule.expression.next_after_ms(now)
+        except InvalidCron:  # the end of time: no firing is planned
+            schedule.next_ms = LATEST_MS
+            return created
         self._plan_firing(schedule)
         return created
 

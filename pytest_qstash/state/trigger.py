@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from .deliverable import checked_header, checked_url
 from .options import InvalidOption, parse_options
 from .store import Store
 
@@ -41,10 +42,17 @@ def trigger_run(
     version header the SDK would treat it as a new request and start a run of its own, under
     an id it mints.)
     """
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        raise ValueError(f"invalid workflow url {url!r}: expected an http:// or https:// URL")
-    if headers is not None and not isinstance(headers, Mapping):
+    url = checked_url(url, "workflow url")  # ValueError saying what is wrong
+    if headers is not None and (
+        not isinstance(headers, Mapping) or not all(isinstance(n, str) for n in headers)
+    ):
         raise TypeError(f"invalid headers {headers!r}: expected a mapping of name to value")
+    if run_id is not None and (not isinstance(run_id, str) or not run_id):
+        raise ValueError(f"invalid run_id {run_id!r}: expected a non-empty string")
+    if run_id is not None:
+        checked_header("Upstash-Workflow-RunId", run_id, "run_id")  # it is sent as a header
+    if failure_url:
+        failure_url = checked_url(failure_url, "failure_url")
     run_id = run_id or "wfr_" + store.ids.token(21)
     if store.workflows.get(run_id) is not None:
         raise ValueError(f"a workflow run {run_id!r} already exists")
