@@ -115,9 +115,11 @@ def wait_for(driver: Any, what: str, condition: Callable[[Any], Any]) -> Any:
     )
     try:
         return wait.until(condition)
-    except Exception:
-        text = driver.find_element("id", "panel").text
-        raise AssertionError(f"the page did not show {what} within {WAIT_S} s; it shows:\n{text}")
+    except Exception as exc:
+        shown = driver.find_element("id", "panel").text
+        raise AssertionError(
+            f"the page did not show {what} within {WAIT_S} s; it shows:\n{shown}"
+        ) from exc
 
 
 def css(driver: Any, selector: str) -> list[Any]:
