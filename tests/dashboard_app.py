@@ -1,6 +1,7 @@
 """An app the dashboard and control-verb tests run under uvicorn (``AppProcess``): plain job
 endpoints (one failing), one that counts what it processed by ``Upstash-Message-Id`` (an
-idempotent handler), and an Upstash Workflow route with a step, a sleep and another step.
+idempotent handler), a third-party service (``/stock``), and two Upstash Workflow routes: one
+with a step, a sleep, a call and another step, one whose second step fails.
 The workflow SDK and ``Receiver`` read ``QSTASH_*`` from the environment the server's fixture
 set."""
 
@@ -15,6 +16,7 @@ from qstash import Receiver
 from upstash_workflow import AsyncWorkflowContext
 from upstash_workflow.fastapi import Serve
 
+APP_URL = os.environ["APP_URL"]
 app = FastAPI()
 serve = Serve(app)
 receiver = Receiver(
@@ -52,6 +54,11 @@ async def job(name: str, request: Request) -> Response:
     return Response('{"ok":true}', media_type="application/json")
 
 
+@app.post("/stock")
+async def stock(payload: dict[str, Any]) -> dict[str, Any]:
+    return {"reserved": payload["qty"]}
+
+
 @app.get("/once")
 def once() -> dict[str, Any]:
     return {"seen": dict(seen), "done": dict(done)}
@@ -66,8 +73,24 @@ async def order(context: AsyncWorkflowContext[dict[str, Any]]) -> None:
 
     await context.run("validate", validate)
     await context.sleep("cool-down", 30)
+    reply = await context.call(
+        "reserve", url=f"{APP_URL}/stock", method="POST", body={"qty": payload["qty"]}
+    )
 
     async def confirm() -> str:
-        return f"order {payload['order']} confirmed"
+        return f"order {payload['order']} confirmed, {reply.body['reserved']} reserved"
 
     await context.run("confirm", confirm)
+
+
+@serve.post("/workflow/declined", retries=0)
+async def declined(context: AsyncWorkflowContext[dict[str, Any]]) -> None:
+    async def validate() -> bool:
+        return True
+
+    await context.run("validate", validate)
+
+    async def charge() -> None:
+        raise RuntimeError("card declined by the bank")
+
+    await context.run("charge", charge)

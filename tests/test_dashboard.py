@@ -139,8 +139,10 @@ def text(driver: Any, selector: str) -> str:
 
 
 def open_tab(driver: Any, name: str) -> None:
-    wait_for(driver, f"the {name} tab", lambda d: css(d, f'nav button[data-tab="{name}"]'))
-    css(driver, f'nav button[data-tab="{name}"]')[0].click()
+    # Found and clicked in one go: the tabs are redrawn when their counts change.
+    script = "const b = document.querySelector(arguments[0]); if (b) b.click(); return !!b;"
+    selector = f'nav button[data-tab="{name}"]'
+    wait_for(driver, f"the {name} tab", lambda d: d.execute_script(script, selector))
 
 
 def test_the_dashboard_in_a_browser(
@@ -185,19 +187,26 @@ def test_the_dashboard_in_a_browser(
     assert qstash_server.messages[-1].url == f"{app.url}/jobs/fail"
 
     # A workflow run's steps on its timeline.
-    run_id = qstash_server.trigger(f"{app.url}/workflow/order", {"order": 7})
+    run_id = qstash_server.trigger(f"{app.url}/workflow/order", {"order": 7, "qty": 2})
+    failing_id = qstash_server.trigger(f"{app.url}/workflow/declined", {}, retries=0)
     qstash_server.drain()
     assert qstash_server.runs.one(run_id=run_id).state == "RUN_SUCCESS"
+    assert qstash_server.runs.one(run_id=failing_id).state == "RUN_FAILED"
     open_tab(browser, "runs")
     card = f'.card[data-run-id="{run_id}"]'
     wait_for(browser, "the run", lambda d: "RUN_SUCCESS" in text(d, card))
     steps = [" ".join(step.split()) for step in texts(browser, f"{card} .step")]
-    assert len(steps) == 3, steps
-    assert "validate" in steps[0]
-    assert "cool-down" in steps[1]
-    assert "SleepFor" in steps[1]
-    assert "+30s" in steps[2]  # the confirm step ran after the sleep
-    assert "confirm" in steps[2]
+    assert len(steps) == 4, steps
+    assert steps[0].startswith("+0s #1 validate Run")
+    assert steps[1].startswith("+0s #2 cool-down SleepFor")
+    assert steps[2].startswith("+30s #3 reserve Call")  # after the sleep
+    assert steps[3].startswith("+30s #4 confirm Run")
+    # A failed run shows the step it failed at first, with the app's answer.
+    failed_card = f'.card[data-run-id="{failing_id}"]'
+    failing = text(browser, f"{failed_card} .failing")
+    assert "failed at step 2, the one after 'validate' (Run)" in failing
+    assert "card declined by the bank" in failing
+    assert texts(browser, f"{failed_card} > div")[2] == failing  # before the timeline
 
     screenshot = os.environ.get("PYTEST_QSTASH_SCREENSHOT")
     if screenshot:

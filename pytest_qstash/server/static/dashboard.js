@@ -97,8 +97,10 @@ function render() {
   document.querySelector(".virtual-only").hidden = state.clock !== "virtual";
   const names = [...KNOWN.filter((n) => n in data.lists), ...Object.keys(data.lists).filter((n) => !KNOWN.includes(n) && !HIDDEN.has(n))];
   if (!names.includes(tab)) tab = "messages";
-  document.getElementById("tabs").innerHTML = names.map((n) =>
+  const nav = names.map((n) =>
     `<button type="button" data-tab="${esc(n)}" class="${n === tab ? "active" : ""}">${esc(TITLES[n] || n)} <span class="count">${data.lists[n].total}</span></button>`).join("");
+  const tabs = document.getElementById("tabs");
+  if (tabs.dataset.html !== nav) { tabs.innerHTML = nav; tabs.dataset.html = nav; }
   const list = data.lists[tab];
   const view = VIEWS[tab] || generic;
   document.getElementById("panel").innerHTML = list.items.length
