@@ -207,9 +207,11 @@ def test_the_dashboard_in_a_browser(
     assert "failed at step 2, the one after 'validate' (Run)" in failing
     assert "card declined by the bank" in failing
     assert texts(browser, f"{failed_card} > div")[2] == failing  # before the timeline
+    failed_steps = texts(browser, f"{failed_card} .step")
+    assert "validate" in failed_steps[0]
+    assert "step 2" in failed_steps[1]  # where it stopped, on the timeline too
 
     screenshot = os.environ.get("PYTEST_QSTASH_SCREENSHOT")
     if screenshot:
-        open_tab(browser, "messages")  # the failed message is still unfolded
-        wait_for(browser, "the failed attempt", lambda d: text(d, ".attempt.bad"))
+        browser.set_window_size(1100, 860)
         browser.save_screenshot(screenshot)

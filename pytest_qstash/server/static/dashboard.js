@@ -22,7 +22,9 @@ function esc(value) {
     "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;",
   })[c]);
 }
-function time(iso) { return iso ? esc(iso.replace("T", " ").replace(/\.\d+/, "").replace("Z", "")) : "—"; }
+function time(iso) {
+  return iso ? `<span class="when">${esc(iso.replace("T", " ").replace(/\.\d+/, "").replace("Z", ""))}</span>` : "—";
+}
 function ms(iso) { return iso ? Date.parse(iso) : null; }
 function duration(msValue) {
   // "1h30m", "2d4h", "45s": the two largest units.
@@ -137,7 +139,7 @@ function table(head, rows) {
   return `<table><thead><tr>${head.map((h) => `<th>${esc(h)}</th>`).join("")}</tr></thead><tbody>${rows}</tbody></table>`;
 }
 
-function stepRows(run, start, span, failedIds) {
+function stepRows(run, start, span, failing) {
   // Consecutive steps of a parallel group (concurrent > 1) share a bracket.
   const out = [];
   let group = null;
@@ -147,7 +149,7 @@ function stepRows(run, start, span, failedIds) {
     const left = span ? (100 * from) / span : 0;
     const width = span ? Math.max(0.5, (100 * (until - from)) / span) : 0;
     const sleeps = SLEEPS.has(step.type) && until > from;
-    const row = `<div class="step ${esc(step.type)}${failedIds.has(step.message_id) ? " failed" : ""}" data-step="${esc(step.step_id)}">
+    const row = `<div class="step ${esc(step.type)}" data-step="${esc(step.step_id)}">
       <span class="mono">+${duration(from)}</span>
       <span>#${esc(step.step_id)} <b>${esc(step.name)}</b> <span class="badge">${esc(step.type)}</span></span>
       <span class="track">${sleeps ? `<span class="span" style="left:${left}%;width:${width}%" title="until ${esc(step.resumes_at)}"></span>` : ""}<span class="mark" style="left:${left}%"></span></span></div>`;
@@ -162,20 +164,26 @@ function stepRows(run, start, span, failedIds) {
       out.push(row);
     }
   }
+  if (failing) {
+    // Where the run stops: the step after the last that succeeded, at its last attempt.
+    const at = ms(failing.delivery.at) - start;
+    out.push(`<div class="step failed"><span class="mono">+${duration(at)}</span>
+      <span class="bad">${esc(failing.step)}</span>
+      <span class="track"><span class="mark" style="left:${span ? (100 * at) / span : 0}%"></span></span></div>`);
+  }
   return out.map((r) => typeof r === "string" ? r : `<div class="group"><div class="group-label">parallel ×${r.size}</div>${r.rows.join("")}</div>`).join("");
 }
 
 function runCard(run) {
   const failing = data.failing_steps[run.run_id];
   const start = ms(run.created_at);
-  const last = Math.max(...run.steps.map((s) => ms(s.resumes_at) || 0), ms(run.completed_at) || 0, run.state === "RUN_STARTED" ? ms(data.state.now) : 0, start);
-  const failedIds = new Set(failing ? [failing.message_id] : []);
+  const last = Math.max(...run.steps.map((s) => ms(s.resumes_at) || 0), ms(run.completed_at) || 0, failing ? ms(failing.delivery.at) : 0, run.state === "RUN_STARTED" ? ms(data.state.now) : 0, start);
   const failed = failing ? `<div class="failing"><b>${run.state === "RUN_FAILED" ? "failed at" : "retrying"} ${esc(failing.step)}</b> after ${esc(failing.attempts)} attempt(s): ${attempt(failing.delivery)}</div>` : "";
   return `<div class="card" data-run-id="${esc(run.run_id)}">
     <div><span class="mono">${esc(run.run_id)}</span> ${badge(run.state)} ${esc(run.url)}</div>
     <div class="empty">started ${time(run.created_at)}${run.completed_at ? `, ended ${time(run.completed_at)}` : ""}${run.dlq_id ? `, DLQ ${esc(run.dlq_id)}` : ""}</div>
     ${failed}
-    <div class="timeline">${run.steps.length ? stepRows(run, start, last - start, failedIds) : '<p class="empty">no step finished yet</p>'}</div></div>`;
+    <div class="timeline">${run.steps.length || failing ? stepRows(run, start, last - start, failing) : '<p class="empty">no step finished yet</p>'}</div></div>`;
 }
 
 function generic(items) {
