@@ -77,6 +77,9 @@ def test_no_token_no_page(qstash_server: ServerProcess) -> None:
     unknown = session.post(f"{page}/act/rewind", data="{}", headers={"X-QStash-Dashboard": "1"})
     assert unknown.status_code == 404
     assert "tick" in unknown.json()["error"]
+    nameless = session.post(f"{page}/act/retry_dlq", data="{}", headers={"X-QStash-Dashboard": "1"})
+    assert nameless.status_code == 400
+    assert "dlq_id" in nameless.json()["error"]
 
 
 # -- in a browser ---------------------------------------------------------------------------

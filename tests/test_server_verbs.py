@@ -5,6 +5,8 @@ an app under uvicorn (``dashboard_app``), the real SDK as the client."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,6 +69,8 @@ def test_reset_keeps_what_the_app_provisioned(
     sdk.url_group.upsert_endpoints("jobs", [{"url": f"{app.url}/jobs/grouped"}])
     sdk.queue.upsert("emails", parallelism=2)
     schedule_id = sdk.schedule.create(destination=f"{app.url}/jobs/cron", cron="*/5 * * * *")
+    paused_id = sdk.schedule.create(destination=f"{app.url}/jobs/paused", cron="* * * * *")
+    sdk.schedule.pause(paused_id)
     sdk.message.publish_json(url="jobs", body={"before": True})
     sdk.message.enqueue_json(queue="emails", url=f"{app.url}/jobs/queued", body={})
     fired = qstash_server.advance("5m")
@@ -84,9 +88,10 @@ def test_reset_keeps_what_the_app_provisioned(
     assert [e.url for e in group.endpoints] == [f"{app.url}/jobs/grouped"]
     [queue] = qstash_server.queues
     assert (queue.name, queue.parallelism, queue.lag) == ("emails", 2, 0)
-    [schedule] = qstash_server.schedules
+    schedule, paused = qstash_server.schedules
     assert schedule.schedule_id == schedule_id
-    assert schedule.next_run > qstash_server.now - qstash_server.now.resolution
+    assert schedule.next_run >= qstash_server.now
+    assert (paused.schedule_id, paused.paused) == (paused_id, True)  # and it stays paused
     # The app's first publish after the reset finds its group (no "invalid destination").
     sdk.message.publish_json(url="jobs", body={"after": True})
     deliveries = qstash_server.advance("5m")
@@ -128,6 +133,14 @@ def test_a_reset_chooses_the_plan_until_the_next(qstash_server: ServerProcess, s
 
 
 def test_serve_takes_a_plan() -> None:
+    refused = subprocess.run(
+        [sys.executable, "-m", "pytest_qstash", "serve", "--port", "0", "--plan", "platinum"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2
+    assert "unknown plan 'platinum': expected one of free, pay_as_you_go" in refused.stderr
     with ServerProcess.start(args=["--plan", "pay-as-you-go"]) as server:
         assert server.plan == "pay_as_you_go"
         server.reset(plan="free")

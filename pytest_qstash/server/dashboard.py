@@ -75,7 +75,7 @@ class Dashboard:
                 "redeliver", {"message_id": body.get("message_id")}
             ),
             "retry_dlq": lambda body: self._api_request(
-                "POST", f"/v2/dlq/retry/{quote(str(body.get('dlq_id', '')), safe='')}"
+                "POST", f"/v2/dlq/retry/{quote(_named(body, 'dlq_id'), safe='')}"
             ),
         }
 
@@ -171,7 +171,10 @@ class Dashboard:
             body = None
         if not isinstance(body, dict):
             return _error(400, "expected a JSON object as the body")
-        inner = make(body)
+        try:
+            inner = make(body)
+        except ValueError as exc:
+            return _error(400, str(exc))
         if inner.url.path.startswith("/_qstash/"):
             action_path = inner.url.path.removeprefix("/_qstash/")
             return await self.app._control(inner, action_path)
@@ -190,6 +193,13 @@ class Dashboard:
 
     def _auth(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self.app.fake.token}"}
+
+
+def _named(body: dict[str, Any], name: str) -> str:
+    value = body.get(name)
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"missing {name!r} in the JSON body: expected a non-empty string")
+    return value
 
 
 def _cookie(request: httpx.Request, name: str) -> str | None:
