@@ -218,3 +218,46 @@ def test_the_dashboard_in_a_browser(
     if screenshot:
         browser.set_window_size(1100, 860)
         browser.save_screenshot(screenshot)
+
+
+def test_parallel_steps_share_a_bracket(
+    browser: Any, qstash_server: ServerProcess, app: AppProcess
+) -> None:
+    # The TypeScript SDK's parallel steps, published as it publishes them (the Python SDK has
+    # none): two plan steps (stepId 0, targetStep k, concurrent 2), then their two results.
+    run_id = qstash_server.trigger(f"{app.url}/jobs/ok", {}, run_id="wfr_parallel")
+    headers = {
+        "Authorization": f"Bearer {qstash_server.token}",
+        "Content-Type": "application/json",
+        "Upstash-Workflow-RunId": run_id,
+        "Upstash-Workflow-Url": f"{app.url}/jobs/ok",
+        "Upstash-Delay": "1h",  # never delivered in this test
+    }
+
+    def step(step_id: int, name: str, target: int | None, out: str | None) -> None:
+        body = {"stepId": step_id, "stepName": name, "stepType": "Run", "concurrent": 2}
+        body |= {"targetStep": target, "out": out}
+        answer = requests.post(
+            f"{qstash_server.url}/v2/publish/{app.url}/jobs/ok",
+            json=body,
+            headers=headers,
+            timeout=10,
+        )
+        assert answer.status_code == 200, answer.text
+
+    step(0, "fetch-a", 1, None)
+    step(0, "fetch-b", 2, None)
+    step(1, "fetch-a", None, '"a"')
+    step(2, "fetch-b", None, '"b"')
+    assert [s.concurrent for s in qstash_server.runs.one(run_id=run_id).steps] == [2, 2, 2, 2]
+
+    browser.get(dashboard_link(qstash_server.url, qstash_server.token))
+    open_tab(browser, "runs")
+    groups = f'.card[data-run-id="{run_id}"] .group'
+    wait_for(browser, "the parallel groups", lambda d: len(texts(d, groups)) == 2)
+    planned, results = (" ".join(g.split()) for g in texts(browser, groups))
+    assert planned.startswith("parallel \u00d72")
+    assert "plan for #1 fetch-a" in planned
+    assert "plan for #2 fetch-b" in planned
+    assert "#1 fetch-a" in results
+    assert "#2 fetch-b" in results

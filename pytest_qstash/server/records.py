@@ -166,6 +166,8 @@ def _step(item: WorkflowStep) -> dict[str, Any]:
         "type": item.type,
         "out": item.out,
         "concurrent": item.concurrent,
+        # A parallel group's plan step (the TypeScript SDK's) names the step it stands for.
+        "target_step": item.raw.get("targetStep"),
         "message_id": item.message_id,
         "created_at": iso_time(item.created_at),
         "resumes_at": iso_time(item.resumes_at),

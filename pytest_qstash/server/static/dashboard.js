@@ -151,7 +151,7 @@ function stepRows(run, start, span, failing) {
     const sleeps = SLEEPS.has(step.type) && until > from;
     const row = `<div class="step ${esc(step.type)}" data-step="${esc(step.step_id)}">
       <span class="mono">+${duration(from)}</span>
-      <span>#${esc(step.step_id)} <b>${esc(step.name)}</b> <span class="badge">${esc(step.type)}</span></span>
+      <span>${step.target_step ? `plan for #${esc(step.target_step)}` : `#${esc(step.step_id)}`} <b>${esc(step.name)}</b> <span class="badge">${esc(step.type)}</span></span>
       <span class="track">${sleeps ? `<span class="span" style="left:${left}%;width:${width}%" title="until ${esc(step.resumes_at)}"></span>` : ""}<span class="mark" style="left:${left}%"></span></span></div>`;
     if (step.concurrent > 1) {
       if (!group || group.size !== step.concurrent || group.rows.length >= step.concurrent) {
