@@ -148,6 +148,15 @@ def test_serve_takes_a_plan() -> None:
         assert server.plan == "pay_as_you_go"  # a reset without a plan: the server's
 
 
+def test_notify_is_the_fixture_s(qstash_server: ServerProcess) -> None:
+    # No run waits (the Python SDK cannot), so the event reaches no one, as in-process.
+    assert qstash_server.notify("order-shipped", {"id": 7}) == []
+    with pytest.raises(ServerError) as bad:
+        qstash_server.notify("")
+    assert bad.value.status == 400
+    assert "non-empty string" in bad.value.message
+
+
 def test_report_since_a_mark(qstash_server: ServerProcess, sdk: QStash) -> None:
     assert qstash_server.report() is None  # a fresh server saw nothing
     sdk.message.publish_json(url="http://127.0.0.1:9/before", body={}, delay="1h")

@@ -259,6 +259,11 @@ class QStashServerApp:
             if self._wake is not None:
                 self._wake.set()
             return httpx.Response(200, json=records.message(message))
+        if action == "notify":
+            answers = self.fake.notify(_required(body, "event_id"), body.get("data"))
+            if self._wake is not None:
+                self._wake.set()
+            return httpx.Response(200, json={"waiters": answers})
         if action == "report":
             mark = body.get("since")
             since = None if mark is None else reports.Mark.read(mark)

@@ -189,6 +189,14 @@ class Client:
         or a message not DELIVERED."""
         return Record("message", self._call("POST", "redeliver", {"message_id": message_id}))
 
+    def notify(self, event_id: str, data: Any = None) -> list[dict[str, Any]]:
+        """What ``qstash.notify`` does in-process: notify the workflow runs waiting for
+        ``event_id`` with ``data``; returns one answer per run notified."""
+        answers: list[dict[str, Any]] = self._call(
+            "POST", "notify", {"event_id": event_id, "data": data}
+        )["waiters"]
+        return answers
+
     def mark(self) -> dict[str, int]:
         """Where the server's histories stand now, for ``report(since=...)``."""
         mark: dict[str, int] = self._call("GET", "mark")
