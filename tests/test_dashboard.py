@@ -59,6 +59,8 @@ def test_no_token_no_page(qstash_server: ServerProcess) -> None:
     signed_in = session.get(link, timeout=10, allow_redirects=False)
     assert signed_in.status_code == 303
     assert signed_in.headers["location"] == DASHBOARD_PATH  # the token leaves the address
+    port = qstash_server.url.rsplit(":", 1)[1]
+    assert signed_in.headers["set-cookie"].startswith(f"qstash_dashboard_{port}=")
     assert "HttpOnly" in signed_in.headers["set-cookie"]
     assert "SameSite=Strict" in signed_in.headers["set-cookie"]
     html = session.get(page, timeout=10)

@@ -30,7 +30,9 @@ if TYPE_CHECKING:
     from .app import QStashServerApp
 
 DASHBOARD_PATH = "/_qstash/dashboard"
-COOKIE = "qstash_dashboard"
+#: The cookie's name, with the server's port: cookies do not tell ports apart, and two servers
+#: on one host (one per pytest-xdist worker, say) must not sign each other's pages out.
+COOKIE = "qstash_dashboard_{port}"
 #: The header every action carries (set by the page's script; a plain form cannot set it).
 ACTION_HEADER = "x-qstash-dashboard"
 #: The newest items of each list a snapshot carries (the total is given beside them).
@@ -104,7 +106,7 @@ class Dashboard:
         )
 
     def _signed_in(self, request: httpx.Request) -> bool:
-        return self._valid(_cookie(request, COOKIE))
+        return self._valid(_cookie(request, _cookie_name(request)))
 
     def _page(self, request: httpx.Request) -> httpx.Response:
         given = request.url.params.get("qstash_token")
@@ -114,8 +116,8 @@ class Dashboard:
             response = _answer(303, b"", "text/plain")
             response.headers["location"] = DASHBOARD_PATH
             response.headers["set-cookie"] = (
-                f"{COOKIE}={quote(given, safe='')}; Path={DASHBOARD_PATH}; HttpOnly; "
-                "SameSite=Strict"
+                f"{_cookie_name(request)}={quote(given, safe='')}; Path={DASHBOARD_PATH}; "
+                "HttpOnly; SameSite=Strict"
             )
             return response
         if not self._signed_in(request):
@@ -200,6 +202,10 @@ def _named(body: dict[str, Any], name: str) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError(f"missing {name!r} in the JSON body: expected a non-empty string")
     return value
+
+
+def _cookie_name(request: httpx.Request) -> str:
+    return COOKIE.format(port=request.url.port or 80)
 
 
 def _cookie(request: httpx.Request, name: str) -> str | None:
