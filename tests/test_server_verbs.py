@@ -148,6 +148,19 @@ def test_serve_takes_a_plan() -> None:
         assert server.plan == "pay_as_you_go"  # a reset without a plan: the server's
 
 
+def test_flow_control_keys_are_listed(qstash_server: ServerProcess, sdk: QStash) -> None:
+    for n in range(3):
+        sdk.message.publish_json(
+            url="http://127.0.0.1:9/x",
+            body={"n": n},
+            delay="1h",
+            flow_control={"key": "tenant-7", "parallelism": 1, "rate": 10, "period": "1m"},
+        )
+    key = qstash_server.flow_keys.one(key="tenant-7")
+    assert (key.parallelism, key.rate, key.period, key.paused) == (1, 10, 60, False)
+    assert (key.active, key.waiting) == (0, 0)  # none due yet
+
+
 def test_notify_is_the_fixture_s(qstash_server: ServerProcess) -> None:
     # No run waits (the Python SDK cannot), so the event reaches no one, as in-process.
     assert qstash_server.notify("order-shipped", {"id": 7}) == []

@@ -149,6 +149,12 @@ class Client:
     def runs(self) -> Found[Record]:
         return self._list("runs")
 
+    @property
+    def flow_keys(self) -> Found[Record]:
+        """Flow-control keys: ``key``, ``parallelism``, ``rate``, ``period`` (seconds),
+        ``paused``, ``active`` (attempts in flight), ``waiting`` (messages waiting)."""
+        return self._list("flow_keys")
+
     # -- steering ---------------------------------------------------------------------------
     def reset(
         self,
