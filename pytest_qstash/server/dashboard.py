@@ -37,6 +37,8 @@ COOKIE = "qstash_dashboard_{port}"
 ACTION_HEADER = "x-qstash-dashboard"
 #: The newest items of each list a snapshot carries (the total is given beside them).
 LIST_LIMIT = 200
+#: Lists the page shows inside others (each message carries its attempts): only counted.
+_COUNTED_ONLY = frozenset({"deliveries"})
 
 _STATIC_TYPES = {
     "dashboard.js": "text/javascript; charset=utf-8",
@@ -136,9 +138,10 @@ class Dashboard:
         lists: dict[str, Any] = {}
         for name, (write, _kind) in records.LISTS.items():
             items = list(getattr(fake, name))
+            shown = [] if name in _COUNTED_ONLY else items[-LIST_LIMIT:]
             lists[name] = {
                 "total": len(items),
-                "items": [write(item) for item in reversed(items[-LIST_LIMIT:])],
+                "items": [write(item) for item in reversed(shown)],
             }
         failing = {}
         for run in fake.store.workflows:
