@@ -263,3 +263,28 @@ def test_parallel_steps_share_a_bracket(
     assert "plan for #2 fetch-b" in planned
     assert "#1 fetch-a" in results
     assert "#2 fetch-b" in results
+
+
+def test_schedules_queues_and_flow_keys(
+    browser: Any, qstash_server: ServerProcess, app: AppProcess, sdk: QStash
+) -> None:
+    schedule_id = sdk.schedule.create(destination=f"{app.url}/jobs/ok", cron="0 8 * * *")
+    sdk.queue.upsert("emails", parallelism=3)
+    sdk.queue.pause("emails")
+    sdk.message.publish_json(
+        url=f"{app.url}/jobs/ok",
+        body={},
+        delay="1h",
+        flow_control={"key": "tenant-7", "rate": 10, "period": "1m"},
+    )
+    browser.get(dashboard_link(qstash_server.url, qstash_server.token))
+
+    open_tab(browser, "schedules")
+    wait_for(browser, "the schedule", lambda d: schedule_id in text(d, "#panel"))
+    assert "0 8 * * *" in text(browser, "#panel")
+    open_tab(browser, "queues")
+    wait_for(browser, "the queue", lambda d: "emails" in text(d, "#panel"))
+    assert " ".join(text(browser, "#panel tbody").split()).startswith("emails 3 0 paused")
+    open_tab(browser, "flow_keys")
+    wait_for(browser, "the key", lambda d: "tenant-7" in text(d, "#panel"))
+    assert "10 per 60s" in text(browser, "#panel")
