@@ -84,6 +84,22 @@ def test_no_token_no_page(qstash_server: ServerProcess) -> None:
     assert "dlq_id" in nameless.json()["error"]
 
 
+def test_on_a_real_clock() -> None:
+    with ServerProcess.start(clock="real", args=["--credentials-from-env"]) as server:
+        link = dashboard_link(server.url, server.token)
+        assert f"dashboard at {link}" in server.output  # printed at start-up
+        session = requests.Session()
+        session.get(link, timeout=10).raise_for_status()
+        headers = {"X-QStash-Dashboard": "1"}
+        assert session.get(f"{server.url}{DASHBOARD_PATH}/data").json()["state"]["clock"] == "real"
+        assert session.post(f"{server.url}{DASHBOARD_PATH}/act/tick", headers=headers).ok
+        advance = session.post(
+            f"{server.url}{DASHBOARD_PATH}/act/advance", data='{"by": "1m"}', headers=headers
+        )
+        assert advance.status_code == 409
+        assert "--clock virtual" in advance.json()["error"]
+
+
 # -- in a browser ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
