@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -87,7 +88,11 @@ def test_no_token_no_page(qstash_server: ServerProcess) -> None:
 def test_on_a_real_clock() -> None:
     with ServerProcess.start(clock="real", args=["--credentials-from-env"]) as server:
         link = dashboard_link(server.url, server.token)
-        assert f"dashboard at {link}" in server.output  # printed at start-up
+        # Printed at start-up, on stderr, just after the four lines of stdout.
+        deadline = time.monotonic() + WAIT_S
+        while f"dashboard at {link}" not in server.output:
+            assert time.monotonic() < deadline, f"no dashboard link in: {server.output!r}"
+            time.sleep(0.02)
         session = requests.Session()
         session.get(link, timeout=10).raise_for_status()
         headers = {"X-QStash-Dashboard": "1"}
