@@ -48,7 +48,9 @@ def sdk(qstash_server: ServerProcess) -> QStash:
 
 def test_no_token_no_page(qstash_server: ServerProcess) -> None:
     page = f"{qstash_server.url}{DASHBOARD_PATH}"
-    assert requests.get(page, timeout=10).status_code == 401
+    refused = requests.get(page, timeout=10)
+    assert refused.status_code == 401
+    assert refused.text.startswith("Not signed in: open the dashboard link")
     assert requests.get(f"{page}/data", timeout=10).status_code == 401
     assert requests.get(f"{page}/static/dashboard.js", timeout=10).status_code == 401
     wrong = requests.get(f"{page}?qstash_token=nope", timeout=10, allow_redirects=False)

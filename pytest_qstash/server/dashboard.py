@@ -123,10 +123,12 @@ class Dashboard:
             )
             return response
         if not self._signed_in(request):
-            return _error(
+            # A person reads this one in the browser: plain words, not JSON.
+            return _answer(
                 401,
-                "not signed in: open the dashboard link pytest-qstash serve printed (it ends "
-                "in ?qstash_token=...)",
+                b"Not signed in: open the dashboard link pytest-qstash serve printed "
+                b"(it ends in ?qstash_token=...).\n",
+                "text/plain; charset=utf-8",
             )
         return _answer(200, _static("dashboard.html"), "text/html; charset=utf-8")
 
