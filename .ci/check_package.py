@@ -44,6 +44,13 @@ SDIST_MUST = [
     "benchmarks/run.py",
     "docs/index.md",
 ]
+#: Files besides the modules the wheel must ship (the dashboard's page works offline).
+WHEEL_MUST = [
+    "pytest_qstash/py.typed",
+    "pytest_qstash/server/static/dashboard.html",
+    "pytest_qstash/server/static/dashboard.js",
+    "pytest_qstash/server/static/dashboard.css",
+]
 #: Checked in the installed distribution's metadata, from the wheel and from the sdist alike.
 METADATA_MUST = [
     "License-Expression: MIT",
@@ -89,6 +96,9 @@ def main() -> int:
             names = archive.namelist()
         if not any(n.endswith(".dist-info/licenses/LICENSE") for n in names):
             problems.append(f"{wheel.name}: no dist-info/licenses/LICENSE")
+        missing_files = [f for f in WHEEL_MUST if f not in names]
+        if missing_files:
+            problems.append(f"{wheel.name}: lacks {missing_files}")
         stray = sorted({n.split("/")[0] for n in names} - {NAME, *_dist_info(names)})
         if stray:
             problems.append(f"{wheel.name}: unexpected top-level entries {stray}")

@@ -30,6 +30,7 @@ from .query import Found
 from .state.account import Account
 from .state.clock import DueEvent, VirtualClock
 from .state.dedup import DEFAULT_DEDUP_WINDOW_MS
+from .state.flow_control import FlowKey
 from .state.ids import IdGenerator
 from .state.models import (
     LATEST_MS,
@@ -582,6 +583,11 @@ class FakeQStash:
     @property
     def url_groups(self) -> Found[UrlGroup]:
         return Found(self.store.url_groups.values(), "URL group")
+
+    @property
+    def flow_keys(self) -> Found[FlowKey]:
+        """Flow-control keys, in the order publishes first named them."""
+        return Found(self.store.flow_keys.values(), "flow-control key")
 
     @property
     def runs(self) -> Found[WorkflowRun]:

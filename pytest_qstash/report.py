@@ -134,6 +134,12 @@ def _failing_message(store: Store, run: WorkflowRun) -> Message | None:
     return None
 
 
+def failing_step(store: Store, run: WorkflowRun) -> tuple[Message, str] | None:
+    """The message of ``run`` whose deliveries fail and the step they fail at, as words
+    ("step 2, the one after 'charge' (Run)"); None when nothing of the run fails."""
+    return _failing_step(store, run, None)
+
+
 def _failing_step(
     store: Store, run: WorkflowRun, logged: FailedStep | None
 ) -> tuple[Message, str] | None:

@@ -242,3 +242,13 @@ def test_next_due_skips_messages_waiting_in_a_paused_queue(
     assert qstash.next_due() == START + timedelta(days=1)
     assert len(qstash.tick()) == 1
     assert qstash.next_due() is None
+
+
+def test_flow_keys_are_listed(qstash: FakeQStash, client: QStash, hits: list[datetime]) -> None:
+    publish(client, 3, parallelism=1)
+    qstash.handler_takes("https://api.test", "10s")
+    qstash.advance("1s")  # the first attempt is in flight, the other two wait for the key
+    key = qstash.flow_keys.one(key="partner-api")
+    assert (key.parallelism, key.active, key.wait_list_size) == (1, 1, 2)
+    qstash.drain()
+    assert qstash.flow_keys.one(key="partner-api").wait_list_size == 0

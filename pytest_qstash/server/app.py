@@ -30,7 +30,10 @@ from ..api import same_token
 from ..api._http import request_path
 from ..fake import FakeQStash
 from ..state.models import Delivery
-from . import records
+from ..state.plans import DEFAULT_PLAN, plan_named
+from ..state.provisioned import carry_over, keep_names
+from . import records, reports
+from .dashboard import DASHBOARD_PATH, Dashboard
 
 CONTROL_PREFIX = "/_qstash"
 ClockMode = Literal["real", "virtual"]
@@ -60,10 +63,15 @@ class ServerSettings:
     clock: ClockMode = "real"
     start: str | None = None
     seed: int | str = 0
+    #: The QStash plan whose limits apply (a reset may choose another until the next one).
+    plan: str = DEFAULT_PLAN
 
 
 def build_fake(
-    settings: ServerSettings, start: str | float | None = None, generation: int = 0
+    settings: ServerSettings,
+    start: str | float | None = None,
+    generation: int = 0,
+    plan: str | None = None,
 ) -> FakeQStash:
     """A fake for serving: the process's own clock is left alone (the apps it calls run on
     the real clock and verify signatures on it), and deliveries may go to any host.
@@ -82,6 +90,7 @@ def build_fake(
         token=settings.token,
         current_signing_key=settings.current_signing_key,
         next_signing_key=settings.next_signing_key,
+        plan=plan if plan is not None else settings.plan,
     )
     fake._sender.network = True  # the user runs a server: unmounted URLs are real endpoints
     return fake
@@ -104,6 +113,12 @@ class QStashServerApp:
         self._lock: asyncio.Lock | None = None
         self._wake: asyncio.Event | None = None
         self._follower: asyncio.Task[None] | None = None
+        self.dashboard = Dashboard(self)
+
+    @property
+    def resets(self) -> int:
+        """How many resets this server has had (each starts a fresh store)."""
+        return self._resets
 
     # -- ASGI -------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -119,7 +134,9 @@ class QStashServerApp:
             await _write_response(send, httpx.Response(400, json={"error": error}))
             return
         path = request_path(request).partition("?")[0]
-        if path == CONTROL_PREFIX or path.startswith(f"{CONTROL_PREFIX}/"):
+        if path == DASHBOARD_PATH or path.startswith(f"{DASHBOARD_PATH}/"):
+            response = await self.dashboard.handle(request, path[len(DASHBOARD_PATH) :])
+        elif path == CONTROL_PREFIX or path.startswith(f"{CONTROL_PREFIX}/"):
             response = await self._control(request, path[len(CONTROL_PREFIX) :].strip("/"))
         else:
             try:
@@ -223,6 +240,8 @@ class QStashServerApp:
             return httpx.Response(200, json=[write(item) for item in getattr(self.fake, action)])
         if method == "GET" and action in ("", "state"):
             return httpx.Response(200, json=self._state())
+        if method == "GET" and action == "mark":
+            return httpx.Response(200, json=reports.Mark.of(self.fake.store, self._resets).json())
         if method != "POST":
             raise ControlError(404, f"{method} {CONTROL_PREFIX}/{action} is no control endpoint")
         body = _json_body(request)
@@ -245,6 +264,22 @@ class QStashServerApp:
                     "status": fault.status,
                     "times": fault.times,
                 },
+            )
+        if action == "redeliver":
+            message = self.fake.redeliver(_required(body, "message_id"))
+            if self._wake is not None:
+                self._wake.set()
+            return httpx.Response(200, json=records.message(message))
+        if action == "notify":
+            answers = self.fake.notify(_required(body, "event_id"), body.get("data"))
+            if self._wake is not None:
+                self._wake.set()
+            return httpx.Response(200, json={"waiters": answers})
+        if action == "report":
+            mark = body.get("since")
+            since = None if mark is None else reports.Mark.read(mark)
+            return httpx.Response(
+                200, json={"text": reports.since(self.fake.store, since, self._resets)}
             )
         if action == "clear_faults":
             self.fake.clear_faults()
@@ -269,6 +304,7 @@ class QStashServerApp:
             "now": records.iso_time(self.fake.now),
             "clock": self.settings.clock,
             "next_due": records.iso_time(due),
+            "plan": self.fake.store.plan.name,
         }
 
     async def _move(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -302,11 +338,17 @@ class QStashServerApp:
     async def _reset(self, body: dict[str, Any]) -> dict[str, Any]:
         async with self._require_lock():
             old = self.fake
+            keep = keep_names(body.get("keep"))
+            plan = body.get("plan")
+            if plan is not None:
+                plan = plan_named(plan).name  # refused before anything is forgotten
             start = body.get("start")
             if start is None and self.settings.clock == "virtual":
                 start = max(_wall_start("virtual"), old.clock.now_ms / 1000)
+            fake = build_fake(self.settings, start, self._resets + 1, plan)
+            carry_over(old.store, fake.store, keep)
             self._resets += 1
-            self.fake = build_fake(self.settings, start, self._resets)
+            self.fake = fake
             old.stop()
             with contextlib.suppress(Exception):
                 old._sender.close()

@@ -18,7 +18,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..state.plans import DEFAULT_PLAN, PLANS
 from .app import CLOCK_MODES, QStashServerApp, ServerSettings
+from .dashboard import dashboard_link
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -57,6 +59,12 @@ def parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--start", help="where the clock starts (ISO 8601; default now)")
     serve.add_argument("--seed", default="0", help="seed of the generated ids (default 0)")
+    serve.add_argument(
+        "--plan",
+        default=DEFAULT_PLAN,
+        help=f"the QStash plan whose limits apply: {', '.join(PLANS)} (default {DEFAULT_PLAN}); "
+        "a reset may choose another",
+    )
     serve.add_argument("--token", help="the QSTASH_TOKEN to accept (default: a new random one)")
     serve.add_argument("--current-signing-key", help="default: a new random key")
     serve.add_argument("--next-signing-key", help="default: a new random key")
@@ -113,9 +121,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         clock=args.clock,
         start=args.start,
         seed=int(args.seed) if args.seed.isdigit() else args.seed,
+        plan=args.plan,
     )
     try:
-        app = QStashServerApp(settings)  # bad --start / --seed fail here, before binding
+        app = QStashServerApp(settings)  # bad --start / --seed / --plan fail here, before binding
     except (ValueError, TypeError) as exc:
         print(f"pytest-qstash serve: {exc}", file=sys.stderr)
         return 2
@@ -187,6 +196,12 @@ async def _announce(server: object, app: QStashServerApp, sock: socket.socket) -
     print(
         f"pytest-qstash: QStash API on {url} ({settings.clock} clock, now "
         f"{app.fake.now.isoformat()}); control API under {url}/_qstash/. Ctrl-C stops it.",
+        file=sys.stderr,
+        flush=True,
+    )
+    # The link carries the token once: the page it opens keeps it in a cookie.
+    print(
+        f"pytest-qstash: dashboard at {dashboard_link(url, settings.token)}",
         file=sys.stderr,
         flush=True,
     )

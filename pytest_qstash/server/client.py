@@ -13,7 +13,7 @@ import os
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -64,6 +64,11 @@ class Client:
     def clock(self) -> str:
         """``"virtual"`` or ``"real"``."""
         return str(self._call("GET", "state")["clock"])
+
+    @property
+    def plan(self) -> str:
+        """The QStash plan whose limits apply now (``serve --plan``, or the last reset's)."""
+        return str(self._call("GET", "state")["plan"])
 
     def next_due(self) -> datetime | None:
         due = self._call("GET", "state")["next_due"]
@@ -144,14 +149,71 @@ class Client:
     def runs(self) -> Found[Record]:
         return self._list("runs")
 
+    @property
+    def flow_keys(self) -> Found[Record]:
+        """Flow-control keys: ``key``, ``parallelism``, ``rate``, ``period`` (seconds),
+        ``paused``, ``active`` (attempts in flight), ``waiting`` (messages waiting)."""
+        return self._list("flow_keys")
+
     # -- steering ---------------------------------------------------------------------------
-    def reset(self, start: datetime | str | float | None = None) -> None:
-        """Forget everything (messages, schedules, queues, ...), keeping the credentials. A
-        virtual clock keeps its time unless ``start`` is given (time never goes backwards
-        for an app that already saw it); a real one reads the wall clock."""
+    def reset(
+        self,
+        start: datetime | str | float | None = None,
+        *,
+        keep: Iterable[str] | bool = (),
+        plan: str | None = None,
+    ) -> None:
+        """Forget everything (messages, runs, the DLQ, the log, schedules, queues, URL groups),
+        keeping the credentials. A virtual clock keeps its time unless ``start`` is given (time
+        never goes backwards for an app that already saw it); a real one reads the wall clock.
+
+        ``keep`` names what an app provisioned and should find again: ``"url_groups"``,
+        ``"queues"``, ``"schedules"``, or ``True`` for all three. Kept queues come back empty,
+        kept schedules with their ids and settings (their next firing is the first cron time
+        from now; the messages they make later are new ones). ``plan`` chooses the QStash
+        plan until the next reset (by default the server's ``--plan``)."""
         if isinstance(start, datetime):
             start = start.isoformat()
-        self._call("POST", "reset", {} if start is None else {"start": start})
+        body: dict[str, Any] = {}
+        if start is not None:
+            body["start"] = start
+        if keep is True or keep is False:
+            body["keep"] = keep
+        elif isinstance(keep, str):
+            body["keep"] = [keep]
+        elif keep:
+            body["keep"] = list(keep)
+        if plan is not None:
+            body["plan"] = plan
+        self._call("POST", "reset", body)
+
+    def redeliver(self, message_id: str) -> Record:
+        """Deliver a DELIVERED message once more, as QStash's at-least-once delivery sometimes
+        does (same ``Upstash-Message-Id``, body and headers, a fresh signature): due now, so
+        the next ``tick()`` (or, on a real clock, the server itself) delivers it. Tests that
+        the app is idempotent. Returns the message; ``ServerError`` (400) for an unknown id
+        or a message not DELIVERED."""
+        return Record("message", self._call("POST", "redeliver", {"message_id": message_id}))
+
+    def notify(self, event_id: str, data: Any = None) -> list[dict[str, Any]]:
+        """What ``qstash.notify`` does in-process: notify the workflow runs waiting for
+        ``event_id`` with ``data``; returns one answer per run notified."""
+        answers: list[dict[str, Any]] = self._call(
+            "POST", "notify", {"event_id": event_id, "data": data}
+        )["waiters"]
+        return answers
+
+    def mark(self) -> dict[str, int]:
+        """Where the server's histories stand now, for ``report(since=...)``."""
+        mark: dict[str, int] = self._call("GET", "mark")
+        return mark
+
+    def report(self, since: dict[str, int] | None = None) -> str | None:
+        """The failure report of what the server saw since ``since`` (a ``mark()``; by
+        default since its last reset), as the ``qstash`` report section shows it; None when
+        it saw nothing."""
+        text = self._call("POST", "report", {} if since is None else {"since": since})["text"]
+        return None if text is None else str(text)
 
     def fail_next(
         self,

@@ -6,6 +6,7 @@ in-process plugin does not grow with it; it imports nothing of the server until 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,9 @@ if TYPE_CHECKING:  # loaded by the fixture: this module is imported in every pyt
 
 _SERVER_KEY: pytest.StashKey[ServerProcess] = pytest.StashKey()
 _SAVED_ENV_KEY = pytest.StashKey[dict[str, "str | None"]]()
+#: Where the server's histories stood when the test began (None: the server started in it).
+_MARK_KEY = pytest.StashKey["dict[str, int] | None"]()
+_REPORTED_KEY = pytest.StashKey[bool]()
 
 
 @pytest.fixture(scope="session")
@@ -60,9 +64,38 @@ def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
 
         item.stash[_SAVED_ENV_KEY] = {name: os.environ.get(name) for name in ENV_NAMES}
         server = item.config.stash.get(_SERVER_KEY, None)
+        item.stash[_MARK_KEY] = None
+        item.stash[_REPORTED_KEY] = False
         if server is not None:
+            from .client import ServerError
+
             os.environ.update(server.env)
+            # A server that stopped answering: the test's own calls will say so.
+            with contextlib.suppress(OSError, ServerError):
+                item.stash[_MARK_KEY] = server.mark()
     yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+    if not report.failed or _MARK_KEY not in item.stash or item.stash.get(_REPORTED_KEY, True):
+        return
+    server = item.config.stash.get(_SERVER_KEY, None)
+    if server is None:
+        return
+    from .client import ServerError
+
+    # What the server saw since the test began, as the in-process fixture reports it: once
+    # per test, from the first phase that failed.
+    try:
+        text = server.report(since=item.stash[_MARK_KEY])
+    except (OSError, ServerError) as exc:
+        text = f"qstash report failed: the server did not answer ({exc})"
+    if text is not None:
+        item.stash[_REPORTED_KEY] = True
+        report.sections.append(("qstash", text))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from ..state.flow_control import FlowKey
 from ..state.models import Delivery, DlqEntry, Event, Message
 from ..state.queues import Queue
 from ..state.schedules import Schedule
@@ -164,6 +165,9 @@ def _step(item: WorkflowStep) -> dict[str, Any]:
         "name": item.name,
         "type": item.type,
         "out": item.out,
+        "concurrent": item.concurrent,
+        # A parallel group's plan step (the TypeScript SDK's) names the step it stands for.
+        "target_step": item.raw.get("targetStep"),
         "message_id": item.message_id,
         "created_at": iso_time(item.created_at),
         "resumes_at": iso_time(item.resumes_at),
@@ -183,6 +187,18 @@ def run(item: WorkflowRun) -> dict[str, Any]:
     }
 
 
+def flow_key(item: FlowKey) -> dict[str, Any]:
+    return {
+        "key": item.key,
+        "parallelism": item.parallelism,
+        "rate": item.rate,
+        "period": item.period_s,
+        "paused": item.paused,
+        "active": item.active,
+        "waiting": item.wait_list_size,
+    }
+
+
 #: Each inspection list: the fake's attribute, how one item is written, its kind's name.
 LISTS: dict[str, tuple[Callable[[Any], dict[str, Any]], str]] = {
     "messages": (message, "message"),
@@ -193,6 +209,7 @@ LISTS: dict[str, tuple[Callable[[Any], dict[str, Any]], str]] = {
     "queues": (queue, "queue"),
     "url_groups": (url_group, "URL group"),
     "runs": (run, "workflow run"),
+    "flow_keys": (flow_key, "flow-control key"),
 }
 
 

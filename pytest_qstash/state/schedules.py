@@ -266,6 +266,12 @@ class Schedules(dict[str, Schedule]):
         schedule.next_ms = schedule.expression.next_after_ms(self._clock.now_ms)
         self._plan_firing(schedule)
 
+    def adopt(self, schedule: Schedule) -> None:
+        """Take in a schedule made elsewhere (kept across a reset), planning its firing."""
+        self[schedule.schedule_id] = schedule
+        if not schedule.paused:
+            self._plan_firing(schedule)
+
     def due(self, schedule_id: str, generation: int) -> Schedule | None:
         """The schedule a firing event is for, unless deleted, replaced or paused since."""
         schedule = self.get(schedule_id)

@@ -42,6 +42,34 @@ def test_a_failed_send_is_retried(qstash_server: ServerProcess, reminders: AppPr
     assert sent(reminders) == ["water the plants"]
 
 
+def test_the_daily_digest_goes_out_at_eight(
+    qstash_server: ServerProcess, reminders: AppProcess
+) -> None:
+    # The schedule the app created when it started is still there for this test.
+    schedule = qstash_server.schedules.one(schedule_id="daily-digest")
+    assert schedule.next_run.hour == 8
+
+    [delivery] = qstash_server.advance("1d")
+    assert delivery.url == f"{reminders.url}/digest"
+    assert delivery.at == schedule.next_run
+    assert delivery.status == 204
+    assert sent(reminders) == ["daily digest"]
+
+
+def test_a_redelivery_is_sent_again(qstash_server: ServerProcess, reminders: AppProcess) -> None:
+    # QStash delivers at least once: the same message may come twice. This service sends
+    # the reminder again; an app that must not would check Upstash-Message-Id.
+    requests.post(
+        f"{reminders.url}/reminders", json={"text": "call mum", "in": "0s"}, timeout=10
+    ).raise_for_status()
+    [first] = qstash_server.tick()
+    qstash_server.redeliver(first.message_id)
+    [second] = qstash_server.tick()
+    assert second.message_id == first.message_id
+    assert second.status == 204
+    assert sent(reminders) == ["call mum", "call mum"]
+
+
 def test_unsigned_calls_are_refused(reminders: AppProcess) -> None:
     forged = requests.post(f"{reminders.url}/send", json={"text": "spam"}, timeout=10)
     assert forged.status_code == 401
