@@ -109,6 +109,9 @@ class Sender:
         #: Deliver unmounted URLs to any host, not only loopback or a user's mocks: the
         #: server mode's choice (``pytest-qstash serve``), where the user asked for it.
         self.network = False
+        #: A shared client for unmounted deliveries from async code: the server's, which
+        #: keeps connections alive per origin. Without one, each delivery has its own client.
+        self.pool: httpx.AsyncClient | None = None
 
     # -- sync -------------------------------------------------------------------------------
     def send(self, request: httpx.Request) -> Outcome:
@@ -198,6 +201,9 @@ class Sender:
         try:
             if httpx2_support.takes_unmounted():
                 return Outcome.of_response(await httpx2_support.asend(request))
+            if self.pool is not None:
+                response = await self.pool.send(self._bounded_in_real_time(request))
+                return Outcome.of_response(response)
             async with httpx.AsyncClient(verify=_ssl_context()) as client:
                 return Outcome.of_response(await client.send(self._bounded_in_real_time(request)))
         except Exception as exc:
