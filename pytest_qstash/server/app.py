@@ -35,6 +35,7 @@ from ..state.models import Delivery
 from ..state.plans import PLANS
 from . import records
 from .deliveries import DEFAULT_ATTEMPT_TIMEOUT_S, ServerDeliveries
+from .pools import OriginPools
 
 CONTROL_PREFIX = "/_qstash"
 ClockMode = Literal["real", "virtual"]
@@ -46,10 +47,6 @@ _IDLE_WAIT = 1.0
 #: The largest request body the server reads: QStash's largest message (the plan's own limit
 #: answers 413 below it, after authentication) plus room for a batch's JSON around it.
 MAX_BODY_BYTES = max(plan.max_message_bytes for plan in PLANS.values()) + 1024 * 1024
-#: Connections kept open for reuse, across origins, and for how long (seconds): under the
-#: five seconds uvicorn keeps an idle connection, so the app never closes one being reused.
-_KEEPALIVE_CONNECTIONS = 100
-_KEEPALIVE_EXPIRY_S = 4.0
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -116,8 +113,8 @@ class QStashServerApp:
         self._lock: asyncio.Lock | None = None
         self._wake: asyncio.Event | None = None
         self._follower: asyncio.Task[None] | None = None
-        #: One client for every delivery: keep-alive connections per origin.
-        self._pool: httpx.AsyncClient | None = None
+        #: What every delivery goes over: connections kept alive, per origin.
+        self._pool: OriginPools | None = None
         self._install(build_fake(settings))
 
     # -- ASGI -------------------------------------------------------------------------------
@@ -155,14 +152,7 @@ class QStashServerApp:
     def startup(self) -> None:
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
-        self._pool = httpx.AsyncClient(
-            verify=httpx.create_ssl_context(),
-            limits=httpx.Limits(
-                max_connections=None,  # the plan's global parallelism bounds attempts in flight
-                max_keepalive_connections=_KEEPALIVE_CONNECTIONS,
-                keepalive_expiry=_KEEPALIVE_EXPIRY_S,
-            ),
-        )
+        self._pool = OriginPools()
         self.fake._sender.pool = self._pool
         if self.settings.clock == "real":
             self._follower = asyncio.get_running_loop().create_task(self._follow_wall_clock())
