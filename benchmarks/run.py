@@ -6,6 +6,8 @@
     python benchmarks/run.py --profile workflow  # ... of 50-step workflow runs
     python benchmarks/run.py --only 5   # one budget's figures (repeatable)
 
+Budget 7 (server mode) needs uvicorn (the ``server`` extra).
+
 Machines are noisy, so no figure is judged on its own: each is timed side by side with what it
 is compared to, in alternating rounds of the same process; ratios are medians of the per-round
 ratios.
@@ -1107,6 +1109,47 @@ def suite_scaling(report: Report, tests: int, workers: int, rounds: int) -> None
     )
 
 
+# -- 7. server mode -------------------------------------------------------------------------
+#: Real-clock lateness budget: the p95 of how late a due message reaches the app.
+LATENESS_P95_BUDGET_MS = 100.0
+
+
+def server_mode(report: Report, n: int, rounds: int, rate: float, seconds: float) -> None:
+    """``pytest-qstash serve`` delivering into a trivial app under uvicorn in its own process:
+    one tick of ``n`` messages against ``n`` pooled sequential POSTs of the same bodies from
+    one client (the server delivers concurrently, so it should beat them), and how late due
+    messages reach the app on a real clock while ``rate`` publishes a second come in. See
+    benchmarks/server.py, which measures them."""
+    if importlib.util.find_spec("uvicorn") is None:
+        report.skip("7. server mode", "uvicorn is not installed", ">= 1x")
+        return
+    import server as server_bench  # benchmarks/server.py, beside this file
+
+    from pytest_qstash.server import AppProcess
+
+    with AppProcess.start("server_app:app", cwd=Path(__file__).resolve().parent) as app:
+        samples = Samples(server_bench.concurrent_deliveries(app, n, rounds))
+        late = server_bench.lateness_under_load(app, rate, seconds)
+    ratio = samples.ratio("sequential", "server")
+    report.check(
+        f"7. server deliveries into a uvicorn app, per second ({rounds} x {n})",
+        f"{n / samples.median('server'):,.0f}/s",
+        f"{n / samples.median('sequential'):,.0f}/s pooled sequential POSTs",
+        ratio,
+        ">= 1x",
+        ratio >= 1.0,
+    )
+    p50, p95 = server_bench.percentile(late, 0.5), server_bench.percentile(late, 0.95)
+    report.check(
+        f"7. real-clock lateness at {rate:g} messages/s for {seconds:g} s, p50 / p95",
+        f"{p50:.0f} / {p95:.0f} ms",
+        f"each message's due time ({len(late)})",
+        None,
+        f"p95 <= {LATENESS_P95_BUDGET_MS:.0f} ms",
+        p95 <= LATENESS_P95_BUDGET_MS,
+    )
+
+
 # -- main ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Sizes:
@@ -1121,6 +1164,7 @@ class Sizes:
     copies_body: int
     workflow: tuple[int, int, int, int]  # steps, rounds, timed runs per round, real-SDK rounds
     scaling: tuple[int, int, int] | None  # tests, xdist workers, rounds
+    server: tuple[int, int, float, float]  # messages per tick, rounds, publishes/s, seconds
 
 
 FULL = Sizes(
@@ -1135,10 +1179,24 @@ FULL = Sizes(
     8 * 2**20,
     (50, 21, 3, 5),
     (400, 4, 2),
+    (200, 7, 300, 5.0),
 )
 # No suite-scaling run: a dozen pytest processes, each importing the web stacks, take longer
 # than the whole smoke run may.
-SMOKE = Sizes((10, 2), (5, 2), 3, False, 5, (3, 2), (5, 4, 2), 1_000, 2**20, (3, 2, 1, 1), None)
+SMOKE = Sizes(
+    (10, 2),
+    (5, 2),
+    3,
+    False,
+    5,
+    (3, 2),
+    (5, 4, 2),
+    1_000,
+    2**20,
+    (3, 2, 1, 1),
+    None,
+    (20, 2, 50, 1.0),
+)
 
 
 def machine() -> str:
@@ -1190,7 +1248,7 @@ def main() -> int:
         help="profile publish + deliver (default) or a 50-step workflow run, judge nothing",
     )
     parser.add_argument(
-        "--only", metavar="N", action="append", help="run only budget N (1-6; repeatable)"
+        "--only", metavar="N", action="append", help="run only budget N (1-7; repeatable)"
     )
     args = parser.parse_args()
     if args.profile:
@@ -1225,6 +1283,7 @@ def main() -> int:
         ("4", "< 300 MB", lambda: undelivered_memory(report, size.memory_messages)),
         ("4", "copies", lambda: delivered_body_copies(report, size.copies_body)),
         ("5", "<= 2x", lambda: workflows(report, *size.workflow)),
+        ("7", ">= 1x", lambda: server_mode(report, *size.server)),
     ]
     if size.scaling is not None:
         scaling = size.scaling
