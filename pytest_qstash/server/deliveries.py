@@ -115,6 +115,9 @@ class ServerDeliveries:
         limit = until_ms
         try:
             while (job := dispatcher.next_job(limit, len(made) + len(started))) is not None:
+                # What the store does on the way to the next one (a cron firing, say) is no
+                # follow-up of the attempt just started.
+                self._store.delivering = None
                 limit = self._store.clock.now_ms  # the rest of the round: this instant only
                 if job.request is None:
                     made.append(dispatcher.finish(job.attempt))
@@ -137,7 +140,9 @@ class ServerDeliveries:
         loop = asyncio.get_running_loop()
         started: list[asyncio.Task[Delivery | None]] = []
         try:
+            self._store.delivering = None  # a cron firing on the way is nobody's follow-up
             while (job := dispatcher.next_job(self._store.clock.now_ms, 0)) is not None:
+                self._store.delivering = None
                 if job.request is None:
                     dispatcher.finish(job.attempt)
                     continue
