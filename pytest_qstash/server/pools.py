@@ -33,6 +33,7 @@ CONNECTIONS_PER_ORIGIN = 16
 #: so the app never closes a connection as it is being reused.
 KEEPALIVE_EXPIRY_S = 4.0
 _READ_SIZE = 65536
+_NO_ANSWER = "Server disconnected without sending a response."
 
 Origin = tuple[str, str, int]
 
@@ -93,8 +94,10 @@ class _Connection:
             event = http.next_event()
             if event is h11.NEED_DATA:
                 data = await self.reader.read(_READ_SIZE)
-                self.answered = self.answered or bool(data)
-                http.receive_data(data)  # b"": the peer closed
+                if not data and not self.answered:
+                    raise httpx.RemoteProtocolError(_NO_ANSWER)
+                self.answered = True
+                http.receive_data(data)  # b"": the peer closed (ends a body read to the end)
             elif isinstance(event, h11.Response):
                 status, headers = event.status_code, list(event.headers)
             elif isinstance(event, h11.Data):
@@ -103,7 +106,7 @@ class _Connection:
                 assert status is not None
                 return status, headers, chunks
             elif isinstance(event, h11.ConnectionClosed):
-                raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+                raise httpx.RemoteProtocolError(_NO_ANSWER)
             # An informational (1xx) response: the real one follows.
 
     def keep(self) -> bool:
