@@ -77,10 +77,6 @@ class ServerDeliveries:
         self._flights: dict[asyncio.Task[Delivery | None], Job] = {}
         fake._adeliver = self.run  # the fake's async moves deliver through here
 
-    @property
-    def in_flight(self) -> int:
-        return len(self._flights)
-
     # -- virtual clock ----------------------------------------------------------------------
     async def run(self, until_ms: int) -> list[Delivery]:
         """Deliver what is due up to ``until_ms``, round by round at each virtual instant."""
