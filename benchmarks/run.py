@@ -1119,10 +1119,18 @@ def server_mode(report: Report, n: int, rounds: int, rate: float, seconds: float
     one tick of ``n`` messages against ``n`` pooled sequential POSTs of the same bodies from
     one client (the server delivers concurrently, so it should beat them), and how late due
     messages reach the app on a real clock while ``rate`` publishes a second come in. See
-    benchmarks/server.py, which measures them."""
+    benchmarks/server.py, which measures them.
+
+    Both need a core to spare (three processes work at once: the server, the app, the load),
+    so on a machine without one idle core they are shown, not judged: there the sequential
+    client and the server share what is left, and lateness is the machine's."""
     if importlib.util.find_spec("uvicorn") is None:
         report.skip("7. server mode", "uvicorn is not installed", ">= 1x")
         return
+    cores = os.cpu_count() or 1
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    judged = cores - load >= 1.0
+    unjudged = f" (not judged: load {load:.1f} on {cores} cores)"
     import server as server_bench  # benchmarks/server.py, beside this file
 
     from pytest_qstash.server import AppProcess
@@ -1136,8 +1144,8 @@ def server_mode(report: Report, n: int, rounds: int, rate: float, seconds: float
         f"{n / samples.median('server'):,.0f}/s",
         f"{n / samples.median('sequential'):,.0f}/s pooled sequential POSTs",
         ratio,
-        ">= 1x",
-        ratio >= 1.0,
+        ">= 1x" if judged else ">= 1x" + unjudged,
+        ratio >= 1.0 if judged else None,
     )
     p50, p95 = server_bench.percentile(late, 0.5), server_bench.percentile(late, 0.95)
     report.check(
@@ -1145,8 +1153,8 @@ def server_mode(report: Report, n: int, rounds: int, rate: float, seconds: float
         f"{p50:.0f} / {p95:.0f} ms",
         f"each message's due time ({len(late)})",
         None,
-        f"p95 <= {LATENESS_P95_BUDGET_MS:.0f} ms",
-        p95 <= LATENESS_P95_BUDGET_MS,
+        f"p95 <= {LATENESS_P95_BUDGET_MS:.0f} ms" + ("" if judged else unjudged),
+        p95 <= LATENESS_P95_BUDGET_MS if judged else None,
     )
 
 
