@@ -152,6 +152,7 @@ def test_real_clock_a_hanging_endpoint_holds_only_its_own_attempts(
     one, other = apps
     with ServerProcess.start(
         clock="real",
+        seed="real-clock",  # ids of its own: the apps' logs are shared with the other server
         attempt_timeout=BOUND_S,
         args=["--credentials-from-env", "--log-level=info"],
     ) as server:
