@@ -44,9 +44,11 @@ CLOCK_MODES: tuple[ClockMode, ...] = ("real", "virtual")
 _log = logging.getLogger("pytest_qstash.server")
 #: The real clock's task looks at least this often (seconds), even when nothing is due.
 _IDLE_WAIT = 1.0
+#: QStash's largest message (the largest plan's limit).
+_LARGEST_MESSAGE_BYTES = max(plan.max_message_bytes for plan in PLANS.values())
 #: The largest request body the server reads: QStash's largest message (the plan's own limit
 #: answers 413 below it, after authentication) plus room for a batch's JSON around it.
-MAX_BODY_BYTES = max(plan.max_message_bytes for plan in PLANS.values()) + 1024 * 1024
+MAX_BODY_BYTES = _LARGEST_MESSAGE_BYTES + 1024 * 1024
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -393,8 +395,8 @@ class BodyTooLarge(Exception):
 def _too_large(size: int | str) -> BodyTooLarge:
     return BodyTooLarge(
         f"request body of {size} bytes is too large: this server reads at most "
-        f"{MAX_BODY_BYTES} bytes (QStash's largest message, "
-        f"{MAX_BODY_BYTES - 1024 * 1024} bytes, and room for a batch around it)"
+        f"{MAX_BODY_BYTES} bytes (QStash's largest message, {_LARGEST_MESSAGE_BYTES} bytes, "
+        "and room for a batch around it)"
     )
 
 
