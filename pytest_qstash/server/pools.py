@@ -141,7 +141,7 @@ class OriginPools:
         self._ssl: ssl.SSLContext | None = None
         self._proxied: httpx.AsyncClient | None = None
         self._swept = time.monotonic()
-        if urllib.request.getproxies():
+        if any(scheme != "no" for scheme in urllib.request.getproxies()):  # NO_PROXY alone: none
             self._proxied = httpx.AsyncClient()  # trust_env: the environment's proxies
 
     async def send(self, request: httpx.Request) -> httpx.Response:
