@@ -6,6 +6,8 @@
     python benchmarks/run.py --profile workflow  # ... of 50-step workflow runs
     python benchmarks/run.py --only 5   # one budget's figures (repeatable)
 
+Budget 7 (server mode) needs uvicorn (the ``server`` extra).
+
 Machines are noisy, so no figure is judged on its own: each is timed side by side with what it
 is compared to, in alternating rounds of the same process; ratios are medians of the per-round
 ratios.
@@ -1171,6 +1173,55 @@ def pytest_startup(report: Report, rounds: int) -> None:
     )
 
 
+# -- 8. server mode -------------------------------------------------------------------------
+#: Real-clock lateness budget: the p95 of how late a due message reaches the app.
+LATENESS_P95_BUDGET_MS = 100.0
+
+
+def server_mode(report: Report, n: int, rounds: int, rate: float, seconds: float) -> None:
+    """``pytest-qstash serve`` delivering into a trivial app under uvicorn in its own process:
+    one tick of ``n`` messages against ``n`` pooled sequential POSTs of the same bodies from
+    one client (the server delivers concurrently, so it should beat them), and how late due
+    messages reach the app on a real clock while ``rate`` publishes a second come in. See
+    benchmarks/server.py, which measures them.
+
+    Both need a core to spare (three processes work at once: the server, the app, the load),
+    so on a machine without one idle core they are shown, not judged: there the sequential
+    client and the server share what is left, and lateness is the machine's."""
+    if importlib.util.find_spec("uvicorn") is None:
+        report.skip("8. server mode", "uvicorn is not installed", ">= 1x")
+        return
+    cores = os.cpu_count() or 1
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    judged = cores - load >= 1.0
+    unjudged = f" (not judged: load {load:.1f} on {cores} cores)"
+    import server as server_bench  # benchmarks/server.py, beside this file
+
+    from pytest_qstash.server import AppProcess
+
+    with AppProcess.start("server_app:app", cwd=Path(__file__).resolve().parent) as app:
+        samples = Samples(server_bench.concurrent_deliveries(app, n, rounds))
+        late = server_bench.lateness_under_load(app, rate, seconds)
+    ratio = samples.ratio("sequential", "server")
+    report.check(
+        f"8. server deliveries into a uvicorn app, per second ({rounds} x {n})",
+        f"{n / samples.median('server'):,.0f}/s",
+        f"{n / samples.median('sequential'):,.0f}/s pooled sequential POSTs",
+        ratio,
+        ">= 1x" if judged else ">= 1x" + unjudged,
+        ratio >= 1.0 if judged else None,
+    )
+    p50, p95 = server_bench.percentile(late, 0.5), server_bench.percentile(late, 0.95)
+    report.check(
+        f"8. real-clock lateness at {rate:g} messages/s for {seconds:g} s, p50 / p95",
+        f"{p50:.0f} / {p95:.0f} ms",
+        f"each message's due time ({len(late)})",
+        None,
+        f"p95 <= {LATENESS_P95_BUDGET_MS:.0f} ms" + ("" if judged else unjudged),
+        p95 <= LATENESS_P95_BUDGET_MS if judged else None,
+    )
+
+
 # -- main ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Sizes:
@@ -1186,6 +1237,7 @@ class Sizes:
     workflow: tuple[int, int, int, int]  # steps, rounds, timed runs per round, real-SDK rounds
     scaling: tuple[int, int, int] | None  # tests, xdist workers, rounds
     startup_rounds: int
+    server: tuple[int, int, float, float]  # messages per tick, rounds, publishes/s, seconds
 
 
 FULL = Sizes(
@@ -1201,10 +1253,25 @@ FULL = Sizes(
     (50, 21, 3, 5),
     (400, 4, 2),
     9,
+    (200, 7, 300, 5.0),
 )
 # No suite-scaling run: a dozen pytest processes, each importing the web stacks, take longer
 # than the whole smoke run may.
-SMOKE = Sizes((10, 2), (5, 2), 3, False, 5, (3, 2), (5, 4, 2), 1_000, 2**20, (3, 2, 1, 1), None, 1)
+SMOKE = Sizes(
+    (10, 2),
+    (5, 2),
+    3,
+    False,
+    5,
+    (3, 2),
+    (5, 4, 2),
+    1_000,
+    2**20,
+    (3, 2, 1, 1),
+    None,
+    1,
+    (20, 2, 50, 1.0),
+)
 
 
 def machine() -> str:
@@ -1256,7 +1323,7 @@ def main() -> int:
         help="profile publish + deliver (default) or a 50-step workflow run, judge nothing",
     )
     parser.add_argument(
-        "--only", metavar="N", action="append", help="run only budget N (1-7; repeatable)"
+        "--only", metavar="N", action="append", help="run only budget N (1-8; repeatable)"
     )
     args = parser.parse_args()
     if args.profile:
@@ -1291,6 +1358,7 @@ def main() -> int:
         ("4", "< 300 MB", lambda: undelivered_memory(report, size.memory_messages)),
         ("4", "copies", lambda: delivered_body_copies(report, size.copies_body)),
         ("5", "<= 2x", lambda: workflows(report, *size.workflow)),
+        ("8", ">= 1x", lambda: server_mode(report, *size.server)),
     ]
     if size.scaling is not None:
         scaling = size.scaling

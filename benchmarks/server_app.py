@@ -1,11 +1,18 @@
-"""The trivial app the server benchmark delivers to (run under uvicorn by ``AppProcess``)."""
+"""The trivial app the server benchmarks deliver to (run under uvicorn by ``AppProcess``).
+
+``/late`` also notes when each message arrived (wall-clock seconds, by
+``Upstash-Message-Id``), which ``GET /arrivals`` answers: what the lateness figure reads."""
 
 from __future__ import annotations
 
+import time
+
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+arrivals: dict[str, float] = {}
 
 
 async def hook(request: Request) -> Response:
@@ -13,4 +20,27 @@ async def hook(request: Request) -> Response:
     return Response(status_code=200)
 
 
-app = Starlette(routes=[Route("/", hook, methods=["GET"]), Route("/hook", hook, methods=["POST"])])
+async def late(request: Request) -> Response:
+    arrivals[request.headers.get("upstash-message-id", "")] = time.time()
+    await request.body()
+    return Response(status_code=200)
+
+
+async def list_arrivals(request: Request) -> Response:
+    return JSONResponse(arrivals)
+
+
+async def clear_arrivals(request: Request) -> Response:
+    arrivals.clear()
+    return Response(status_code=204)
+
+
+app = Starlette(
+    routes=[
+        Route("/", hook, methods=["GET"]),
+        Route("/hook", hook, methods=["POST"]),
+        Route("/late", late, methods=["POST"]),
+        Route("/arrivals", list_arrivals, methods=["GET"]),
+        Route("/arrivals", clear_arrivals, methods=["DELETE"]),
+    ]
+)

@@ -9,6 +9,7 @@ import re
 import sys
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -161,6 +162,9 @@ class FakeQStash:
             on_time=self._app_clock.move_to,
             handler_times=self._handler_times,
         )
+        #: How the async paths (``atick``, ``aadvance``, ``adrain``) deliver up to a moment:
+        #: the dispatcher's loop, one attempt at a time; the server puts its concurrent one here.
+        self._adeliver: Callable[[int], Awaitable[list[Delivery]]] = self._dispatcher.arun
         self._active = False
         # Bounded: a call holds its headers and answer (about 2.6 KB), and a suite that
         # publishes 100k messages in one test must not hold them all.
@@ -438,10 +442,10 @@ class FakeQStash:
     async def adrain(self, within: Duration = "30d") -> Found[Delivery]:
         __tracebackhide__ = True
         limit = self._target(within)
-        made = await self._dispatcher.arun(self.clock.now_ms)
+        made = await self._adeliver(self.clock.now_ms)
         while (step := self._drain_step(limit, len(made))) is not None:
             target, stuck = step
-            delivered = await self._dispatcher.arun(target)
+            delivered = await self._adeliver(target)
             if stuck and not delivered:
                 break
             made += delivered
@@ -467,15 +471,15 @@ class FakeQStash:
 
     async def atick(self) -> Found[Delivery]:
         __tracebackhide__ = True
-        return _made(await self._dispatcher.arun(self.clock.now_ms))
+        return _made(await self._adeliver(self.clock.now_ms))
 
     async def aadvance(self, duration: Duration) -> Found[Delivery]:
         __tracebackhide__ = True
-        return _made(await self._dispatcher.arun(self._target(duration)))
+        return _made(await self._adeliver(self._target(duration)))
 
     async def aadvance_to(self, moment: datetime | str) -> Found[Delivery]:
         __tracebackhide__ = True
-        return _made(await self._dispatcher.arun(self._moment(moment)))
+        return _made(await self._adeliver(self._moment(moment)))
 
     def next_due(self) -> datetime | None:
         """When the next delivery, end of an attempt in flight, or cron firing is due, or None

@@ -35,7 +35,7 @@ import sys
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import anyio.from_thread
@@ -95,6 +95,10 @@ class Outcome:
         return cls(500, httpx.Headers(), b"", f"{type(exc).__name__}: {exc}", exc)
 
 
+class Pool(Protocol):
+    async def send(self, request: httpx.Request) -> httpx.Response: ...
+
+
 class Sender:
     def __init__(
         self, mounts: MountTable, delivery_timeout_s: float = DEFAULT_DELIVERY_TIMEOUT_S
@@ -110,6 +114,9 @@ class Sender:
         #: Deliver unmounted URLs to any host, not only loopback or a user's mocks: the
         #: server mode's choice (``pytest-qstash serve``), where the user asked for it.
         self.network = False
+        #: Sends unmounted deliveries from async code over connections kept alive (the
+        #: server's, per origin). Without one, each delivery has its own client.
+        self.pool: Pool | None = None
 
     # -- sync -------------------------------------------------------------------------------
     def send(self, request: httpx.Request) -> Outcome:
@@ -199,6 +206,9 @@ class Sender:
         try:
             if httpx2_support.takes_unmounted():
                 return Outcome.of_response(await httpx2_support.asend(request))
+            if self.pool is not None:
+                response = await self.pool.send(self._bounded_in_real_time(request))
+                return Outcome.of_response(response)
             async with httpx.AsyncClient(verify=_ssl_context()) as client:
                 return Outcome.of_response(await client.send(self._bounded_in_real_time(request)))
         except Exception as exc:

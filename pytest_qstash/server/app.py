@@ -4,13 +4,17 @@ Requests under ``/_qstash/`` steer and inspect the fake (time, lists, faults, re
 other request is the QStash API, converted to an ``httpx.Request`` for ``FakeQStash.handle``
 and its ``httpx.Response`` converted back. Both need the server's token.
 
-Everything runs on the server's one event loop: deliveries are awaited (``aadvance`` and
-friends), so the API keeps answering while an app handles a delivery and publishes more.
+Everything runs on the server's one event loop. Deliveries are tasks of it, many in flight at
+once (``deliveries.py``), so the API and the control API keep answering while apps handle
+deliveries and publish more, and a slow endpoint holds only its own attempts.
 
 The clock has two modes. ``virtual``: it moves only when a control request says so.
-``real``: a background task keeps the virtual clock on the wall clock and delivers what falls
+``real``: a background task keeps the virtual clock on the wall clock and starts what falls
 due, as the QStash dev server does. That task is the one place where the wall clock drives
 the engine, and it lives here, outside it.
+
+A request body is read up to ``MAX_BODY_BYTES`` and refused (413) beyond, before anything
+else looks at the request: no one, with or without the token, makes the server hold more.
 """
 
 from __future__ import annotations
@@ -30,10 +34,12 @@ from ..api import same_token
 from ..api._http import request_path
 from ..fake import FakeQStash
 from ..state.models import Delivery
-from ..state.plans import DEFAULT_PLAN, plan_named
+from ..state.plans import DEFAULT_PLAN, PLANS, plan_named
 from ..state.provisioned import carry_over, keep_names
 from . import records, reports
 from .dashboard import DASHBOARD_PATH, Dashboard
+from .deliveries import DEFAULT_ATTEMPT_TIMEOUT_S, ServerDeliveries
+from .pools import OriginPools
 
 CONTROL_PREFIX = "/_qstash"
 ClockMode = Literal["real", "virtual"]
@@ -42,6 +48,11 @@ CLOCK_MODES: tuple[ClockMode, ...] = ("real", "virtual")
 _log = logging.getLogger("pytest_qstash.server")
 #: The real clock's task looks at least this often (seconds), even when nothing is due.
 _IDLE_WAIT = 1.0
+#: QStash's largest message (the largest plan's limit).
+_LARGEST_MESSAGE_BYTES = max(plan.max_message_bytes for plan in PLANS.values())
+#: The largest request body the server reads: QStash's largest message (the plan's own limit
+#: answers 413 below it, after authentication) plus room for a batch's JSON around it.
+MAX_BODY_BYTES = _LARGEST_MESSAGE_BYTES + 1024 * 1024
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -65,6 +76,8 @@ class ServerSettings:
     seed: int | str = 0
     #: The QStash plan whose limits apply (a reset may choose another until the next one).
     plan: str = DEFAULT_PLAN
+    #: The real-time bound on one delivery attempt, in seconds.
+    attempt_timeout: float = DEFAULT_ATTEMPT_TIMEOUT_S
 
 
 def build_fake(
@@ -108,11 +121,13 @@ class QStashServerApp:
 
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
-        self.fake = build_fake(settings)
         self._resets = 0
         self._lock: asyncio.Lock | None = None
         self._wake: asyncio.Event | None = None
         self._follower: asyncio.Task[None] | None = None
+        #: What every delivery goes over: connections kept alive, per origin.
+        self._pool: OriginPools | None = None
+        self._install(build_fake(settings))
         self.dashboard = Dashboard(self)
 
     @property
@@ -129,9 +144,14 @@ class QStashServerApp:
             return
         try:
             request = await _read_request(scope, receive)
+        except BodyTooLarge as exc:
+            await _write_response(send, httpx.Response(413, json={"error": str(exc)}))
+            _log_request(scope, 413)
+            return
         except (httpx.InvalidURL, ValueError) as exc:  # a target such as "*": not a path
             error = f"invalid request target: {exc}; expected a path such as /v2/publish/..."
             await _write_response(send, httpx.Response(400, json={"error": error}))
+            _log_request(scope, 400)
             return
         path = request_path(request).partition("?")[0]
         if path == DASHBOARD_PATH or path.startswith(f"{DASHBOARD_PATH}/"):
@@ -145,6 +165,7 @@ class QStashServerApp:
                 await _break_connection(send)
                 return
         await _write_response(send, response)
+        _log_request(scope, response.status_code)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -160,6 +181,8 @@ class QStashServerApp:
     def startup(self) -> None:
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
+        self._pool = OriginPools()
+        self.fake._sender.pool = self._pool
         if self.settings.clock == "real":
             self._follower = asyncio.get_running_loop().create_task(self._follow_wall_clock())
 
@@ -169,17 +192,36 @@ class QStashServerApp:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._follower
             self._follower = None
+        await self._deliveries.cancel()
         self.fake.stop()
         with contextlib.suppress(Exception):
             self.fake._sender.close()
+        if self._pool is not None:
+            await self._pool.aclose()
+            self._pool = None
+
+    def _install(self, fake: FakeQStash) -> None:
+        """Serve ``fake`` from now on, delivering through the shared pool."""
+        self.fake = fake
+        fake._sender.pool = self._pool
+        real = self.settings.clock == "real"
+        self._deliveries = ServerDeliveries(
+            fake,
+            self.settings.attempt_timeout,
+            catch_up=self._catch_up_clock if real else None,
+            on_end=self._wake_up if real else None,
+        )
+
+    def _wake_up(self) -> None:
+        if self._wake is not None:
+            self._wake.set()  # something may be due now: the real clock's task looks
 
     # -- the QStash API ---------------------------------------------------------------------
     def _api(self, request: httpx.Request) -> httpx.Response:
         if self.settings.clock == "real":
             self._catch_up_clock()  # a publish is stamped with the wall clock's now
         response = self.fake.handle(request)
-        if self._wake is not None:
-            self._wake.set()  # something may be due now: the real clock's task looks
+        self._wake_up()
         return response
 
     def _catch_up_clock(self) -> None:
@@ -188,16 +230,15 @@ class QStashServerApp:
             self.fake.clock.move_to(now_ms)
 
     async def _follow_wall_clock(self) -> None:
-        """The real clock: deliver what is due by the wall clock, then sleep until the next
-        due moment (at most a second), or until an API call may have made something due."""
-        assert self._lock is not None
+        """The real clock: start what is due by the wall clock, then sleep until the next
+        due moment (at most a second), or until an API call or an attempt's end may have made
+        something due. Attempts run on their own: this never waits for one."""
         assert self._wake is not None
         while True:
             self._wake.clear()
             try:
-                async with self._lock:
-                    self._catch_up_clock()
-                    await self.fake.atick()
+                self._catch_up_clock()
+                self._deliveries.start_due()
             except Exception:
                 _log.exception("delivering on the real clock failed; carrying on")
             due = self.fake.next_due()
@@ -293,8 +334,7 @@ class QStashServerApp:
                 retries=body.get("retries"),
                 failure_url=body.get("failure_url"),
             )
-            if self._wake is not None:
-                self._wake.set()
+            self._wake_up()
             return httpx.Response(200, json={"run_id": run_id})
         raise ControlError(404, f"POST {CONTROL_PREFIX}/{action} is no control endpoint")
 
@@ -314,15 +354,16 @@ class QStashServerApp:
                 f"{action} moves a virtual clock; this server's clock follows the wall clock "
                 "(--clock real): start it with --clock virtual to move time yourself",
             )
+        made: list[Delivery]
+        if self.settings.clock == "real":
+            made = await self._tick_real_clock()
+            return {"deliveries": [records.delivery(d) for d in made], **self._state()}
         lock = self._require_lock()
-        if self.settings.clock == "virtual" and lock.locked():
+        if lock.locked():
             # Waiting would deadlock an app that asks for time from inside a delivery.
             raise ControlError(409, "another tick/advance/drain is running: they do not nest")
         async with lock:
-            made: list[Delivery]
             if action == "tick":
-                if self.settings.clock == "real":
-                    self._catch_up_clock()
                 made = await self.fake.atick()
             elif action == "advance":
                 made = await self.fake.aadvance(_required(body, "by"))
@@ -335,24 +376,44 @@ class QStashServerApp:
             **self._state(),
         }
 
+    async def _tick_real_clock(self) -> list[Delivery]:
+        """A tick on the real clock: start what is due now and wait for those attempts (each
+        bounded by the attempt timeout). Attempts already under way are not waited for: one
+        of them may be the very delivery whose handler asked for this tick."""
+        self._catch_up_clock()
+        started = self._deliveries.start_due()
+        if started:
+            await asyncio.wait(started)
+        return [
+            made
+            for task in started
+            if not task.cancelled() and task.exception() is None and (made := task.result())
+        ]
+
     async def _reset(self, body: dict[str, Any]) -> dict[str, Any]:
-        async with self._require_lock():
-            old = self.fake
-            keep = keep_names(body.get("keep"))
-            plan = body.get("plan")
-            if plan is not None:
-                plan = plan_named(plan).name  # refused before anything is forgotten
-            start = body.get("start")
-            if start is None and self.settings.clock == "virtual":
-                start = max(_wall_start("virtual"), old.clock.now_ms / 1000)
-            fake = build_fake(self.settings, start, self._resets + 1, plan)
-            carry_over(old.store, fake.store, keep)
-            self._resets += 1
-            self.fake = fake
-            old.stop()
-            with contextlib.suppress(Exception):
-                old._sender.close()
+        keep = keep_names(body.get("keep"))
+        plan = body.get("plan")
+        if plan is not None:
+            plan = plan_named(plan).name  # refused before anything is forgotten
+        if self.settings.clock == "virtual":
+            async with self._require_lock():  # after a tick/advance/drain under way
+                await self._replace_fake(body.get("start"), keep, plan)
+        else:  # deliveries under way are cut: a reset never waits for an endpoint
+            await self._replace_fake(body.get("start"), keep, plan)
         return self._state()
+
+    async def _replace_fake(self, start: Any, keep: Any, plan: str | None) -> None:
+        old, old_deliveries = self.fake, self._deliveries
+        if start is None and self.settings.clock == "virtual":
+            start = max(_wall_start("virtual"), old.clock.now_ms / 1000)
+        fake = build_fake(self.settings, start, self._resets + 1, plan)
+        carry_over(old.store, fake.store, keep)
+        self._resets += 1
+        self._install(fake)
+        await old_deliveries.cancel()
+        old.stop()
+        with contextlib.suppress(Exception):
+            old._sender.close()
 
     def _require_lock(self) -> asyncio.Lock:
         if self._lock is None:  # served without a lifespan (a bare ASGI server): start here
@@ -379,13 +440,37 @@ def _json_body(request: httpx.Request) -> dict[str, Any]:
     return body
 
 
-async def _read_request(scope: Scope, receive: Receive) -> httpx.Request:
+class BodyTooLarge(Exception):
+    pass
+
+
+def _too_large(size: int | str) -> BodyTooLarge:
+    return BodyTooLarge(
+        f"request body of {size} bytes is too large: this server reads at most "
+        f"{MAX_BODY_BYTES} bytes (QStash's largest message, {_LARGEST_MESSAGE_BYTES} bytes, "
+        "and room for a batch around it)"
+    )
+
+
+async def _read_request(
+    scope: Scope, receive: Receive, limit: int = MAX_BODY_BYTES
+) -> httpx.Request:
+    """The request, its body read whole, up to ``limit`` bytes (``BodyTooLarge`` beyond: a
+    declared ``Content-Length`` is refused before a byte of the body is read)."""
+    for name, value in scope["headers"]:
+        if name == b"content-length" and value.strip().isdigit() and int(value) > limit:
+            raise _too_large(int(value))
     chunks = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             break
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(f"more than {limit}")
+        chunks.append(chunk)
         if not message.get("more_body"):
             break
     server = scope.get("server") or ("127.0.0.1", 80)
@@ -408,6 +493,11 @@ async def _break_connection(send: Send) -> None:
     the server closes the connection and the client sees it break (not an HTTP status)."""
     headers = [(b"content-length", b"1")]
     await send({"type": "http.response.start", "status": 503, "headers": headers})
+
+
+def _log_request(scope: Scope, status: int) -> None:
+    # The path without its query: a control call may carry the token there.
+    _log.info("%s %s %d", scope["method"], scope["path"], status)
 
 
 async def _write_response(send: Send, response: httpx.Response) -> None:

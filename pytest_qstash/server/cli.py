@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import copy
+import ipaddress
 import os
 import secrets
 import socket
@@ -18,9 +20,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..durations import parse_duration_ms
 from ..state.plans import DEFAULT_PLAN, PLANS
 from .app import CLOCK_MODES, QStashServerApp, ServerSettings
 from .dashboard import dashboard_link
+from .deliveries import DEFAULT_ATTEMPT_TIMEOUT_S
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -81,10 +85,17 @@ def parser() -> argparse.ArgumentParser:
         "server outlives a test run that was killed)",
     )
     serve.add_argument(
+        "--attempt-timeout",
+        default=f"{DEFAULT_ATTEMPT_TIMEOUT_S:g}s",
+        help="the longest one delivery attempt may take, in real time (a duration: 30s, 500ms, "
+        f"2m; default {DEFAULT_ATTEMPT_TIMEOUT_S:g}s); past it the attempt fails and is retried. "
+        "A message's shorter Upstash-Timeout still applies",
+    )
+    serve.add_argument(
         "--log-level",
         default="warning",
         choices=("critical", "error", "warning", "info", "debug"),
-        help="uvicorn's log level (default warning; info logs every request)",
+        help="log level (default warning; info logs every request)",
     )
     return root
 
@@ -109,6 +120,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0 <= args.port <= 65535:
         print(f"invalid --port {args.port}: expected 0-65535 (0: a free port)", file=sys.stderr)
         return 2
+    try:
+        attempt_timeout_ms = parse_duration_ms(args.attempt_timeout, what="--attempt-timeout")
+    except (ValueError, TypeError) as exc:
+        print(f"pytest-qstash serve: {exc}", file=sys.stderr)
+        return 2
+    if attempt_timeout_ms <= 0:
+        print(
+            f"pytest-qstash serve: invalid --attempt-timeout {args.attempt_timeout!r}: "
+            "expected a duration above zero, e.g. 30s or 500ms",
+            file=sys.stderr,
+        )
+        return 2
     env: Mapping[str, str] = os.environ if args.credentials_from_env else {}
     settings = ServerSettings(
         token=args.token or env.get("QSTASH_TOKEN") or secrets.token_urlsafe(32),
@@ -122,6 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         start=args.start,
         seed=int(args.seed) if args.seed.isdigit() else args.seed,
         plan=args.plan,
+        attempt_timeout=attempt_timeout_ms / 1000,
     )
     try:
         app = QStashServerApp(settings)  # bad --start / --seed / --plan fail here, before binding
@@ -135,6 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"pytest-qstash serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr
         )
         return 1
+    warning = beyond_loopback_warning(sock.getsockname()[0])
+    if warning is not None:
+        print(warning, file=sys.stderr, flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(app, sock, args.log_level, args.stop_with_parent))
     return 0
@@ -151,6 +178,20 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def beyond_loopback_warning(address: str) -> str | None:
+    """The warning to print when the server listens on an address other machines reach."""
+    try:
+        if ipaddress.ip_address(address.partition("%")[0]).is_loopback:
+            return None
+    except ValueError:
+        pass
+    return (
+        f"pytest-qstash serve: warning: listening on {address}, beyond loopback. Whoever "
+        "reaches it with the token can make this server send HTTP requests to any URL it can "
+        "reach (every message is one). Use --host 127.0.0.1 unless that is what you want."
+    )
+
+
 def base_url(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
@@ -161,7 +202,9 @@ async def _serve(
 ) -> None:
     import uvicorn
 
-    config = uvicorn.Config(app, log_level=log_level, lifespan="on", access_log=False)
+    config = uvicorn.Config(
+        app, log_level=log_level, log_config=_log_config(log_level), lifespan="on", access_log=False
+    )
     server = uvicorn.Server(config)
     loop = asyncio.get_running_loop()
     tasks = [loop.create_task(_announce(server, app, sock))]
@@ -172,6 +215,21 @@ async def _serve(
     finally:
         for task in tasks:
             task.cancel()
+
+
+def _log_config(log_level: str) -> dict[str, Any]:
+    """uvicorn's logging, and the server's own logger (one line per request at info) through
+    the same handler. uvicorn's access log stays off: its lines carry the query string, where
+    a control call may put the token."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config: dict[str, Any] = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["pytest_qstash"] = {
+        "handlers": ["default"],
+        "level": log_level.upper(),
+        "propagate": False,
+    }
+    return config
 
 
 async def _watch_parent(server: Any) -> None:

@@ -26,7 +26,9 @@ _REPORTED_KEY = pytest.StashKey[bool]()
 @pytest.fixture(scope="session")
 def qstash_server_options() -> dict[str, Any]:
     """Override (session scope) to start the server otherwise: ``clock`` ("virtual"),
-    ``start`` (an ISO 8601 moment), ``seed``, ``args`` (more ``serve`` options)."""
+    ``start`` (an ISO 8601 moment), ``seed``, ``attempt_timeout`` (the real-time bound on one
+    delivery attempt: seconds or a duration, default 30 s), ``args`` (more ``serve``
+    options)."""
     return {}
 
 

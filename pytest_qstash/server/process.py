@@ -42,9 +42,12 @@ class ServerProcess(Client):
         port: int = 0,
         start: str | None = None,
         seed: int | str = 0,
+        attempt_timeout: float | str | None = None,
         args: list[str] | tuple[str, ...] = (),
         timeout: float = 30.0,
     ) -> ServerProcess:
+        """``attempt_timeout``: the real-time bound on one delivery attempt (seconds or a
+        duration such as ``"500ms"``; the server's default is 30 s)."""
         command = [
             sys.executable,
             "-m",
@@ -55,6 +58,11 @@ class ServerProcess(Client):
             f"--port={port}",
             f"--seed={seed}",
             *([f"--start={start}"] if start is not None else []),
+            *(
+                [f"--attempt-timeout={_duration(attempt_timeout)}"]
+                if attempt_timeout is not None
+                else []
+            ),
             *args,
         ]
         log = tempfile.TemporaryFile()  # noqa: SIM115  # kept for the process's lifetime
@@ -112,6 +120,10 @@ class ServerProcess(Client):
 
     def __repr__(self) -> str:
         return f"<pytest_qstash ServerProcess {self.url} pid={self.process.pid}>"
+
+
+def _duration(value: float | str) -> str:
+    return value if isinstance(value, str) else f"{value:g}s"
 
 
 def _read_lines(stream: IO[bytes], lines: queue.Queue[bytes]) -> None:
