@@ -29,6 +29,7 @@ import httpx
 from ..fake import FakeQStash
 from ..state.models import Delivery
 from . import records
+from .persistence import InMemory, Persistence
 
 CONTROL_PREFIX = "/_qstash"
 ClockMode = Literal["real", "virtual"]
@@ -93,12 +94,18 @@ def _wall_start(clock: ClockMode) -> float:
 
 
 class QStashServerApp:
-    """ASGI app serving one fake. ``settings.clock`` picks the clock mode."""
+    """ASGI app serving one fake. ``settings.clock`` picks the clock mode; ``persistence``
+    keeps its state on disk (a ``persistence.DataDir``), or not (the default)."""
 
-    def __init__(self, settings: ServerSettings) -> None:
+    #: The control actions that move the clock (and deliver on the way).
+    CLOCK_MOVES = ("tick", "advance", "advance_to", "drain")
+
+    def __init__(self, settings: ServerSettings, persistence: Persistence | None = None) -> None:
         self.settings = settings
         self.fake = build_fake(settings)
         self._resets = 0
+        self.persistence = persistence if persistence is not None else InMemory()
+        self.persistence.load(self)  # a data dir's state, in place of the new fake's
         self._lock: asyncio.Lock | None = None
         self._wake: asyncio.Event | None = None
         self._follower: asyncio.Task[None] | None = None
@@ -123,6 +130,7 @@ class QStashServerApp:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 self.startup()
+                self.persistence.started(self)  # replays its journal before serving
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.shutdown()
@@ -141,6 +149,7 @@ class QStashServerApp:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._follower
             self._follower = None
+        await self.persistence.stopped(self)
         self.fake.stop()
         with contextlib.suppress(Exception):
             self.fake._sender.close()
@@ -149,7 +158,8 @@ class QStashServerApp:
     def _api(self, request: httpx.Request) -> httpx.Response:
         if self.settings.clock == "real":
             self._catch_up_clock()  # a publish is stamped with the wall clock's now
-        response = self.fake.handle(request)
+        with self.persistence.api_call(self, request):  # journaled before the answer goes out
+            response = self.fake.handle(request)
         if self._wake is not None:
             self._wake.set()  # something may be due now: the real clock's task looks
         return response
@@ -184,7 +194,8 @@ class QStashServerApp:
     async def _control(self, request: httpx.Request, action: str) -> httpx.Response:
         try:
             self._authenticate(request)
-            return await self._act(request, action)
+            with self.persistence.control(self, request, action):
+                return await self._act(request, action)
         except ControlError as exc:
             return httpx.Response(exc.status, json={"error": exc.message})
         except (ValueError, TypeError) as exc:
@@ -215,7 +226,7 @@ class QStashServerApp:
         if method != "POST":
             raise ControlError(404, f"{method} {CONTROL_PREFIX}/{action} is no control endpoint")
         body = _json_body(request)
-        if action in ("tick", "advance", "advance_to", "drain"):
+        if action in self.CLOCK_MOVES:
             return httpx.Response(200, json=await self._move(action, body))
         if action == "reset":
             return httpx.Response(200, json=await self._reset(body))
@@ -296,6 +307,7 @@ class QStashServerApp:
                 start = max(_wall_start("virtual"), old.clock.now_ms / 1000)
             self._resets += 1
             self.fake = build_fake(self.settings, start, self._resets)
+            self.persistence.reset()
             old.stop()
             with contextlib.suppress(Exception):
                 old._sender.close()

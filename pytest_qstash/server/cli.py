@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .app import CLOCK_MODES, QStashServerApp, ServerSettings
+from .persistence import DataDir, PersistenceError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -65,6 +66,13 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="take the token and keys not given above from QSTASH_TOKEN, "
         "QSTASH_CURRENT_SIGNING_KEY and QSTASH_NEXT_SIGNING_KEY (kept off the command line)",
+    )
+    serve.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="keep the state in DIR (sqlite) and restore it on the next start: messages, "
+        "schedules, queues, URL groups, the DLQ, workflow runs, the credentials, the clock. "
+        "Default: in memory, lost when the server stops",
     )
     serve.add_argument(
         "--stop-with-parent",
@@ -114,9 +122,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         start=args.start,
         seed=int(args.seed) if args.seed.isdigit() else args.seed,
     )
+    given = {
+        "token": args.token or env.get("QSTASH_TOKEN"),
+        "current_signing_key": args.current_signing_key or env.get("QSTASH_CURRENT_SIGNING_KEY"),
+        "next_signing_key": args.next_signing_key or env.get("QSTASH_NEXT_SIGNING_KEY"),
+        "start": args.start,
+    }
+    explicit = frozenset(name for name, value in given.items() if value is not None)
     try:
-        app = QStashServerApp(settings)  # bad --start / --seed fail here, before binding
-    except (ValueError, TypeError) as exc:
+        persistence = DataDir(args.data_dir, explicit) if args.data_dir else None
+        # Bad --start / --seed fail here, before binding, and a data dir's state is read.
+        app = QStashServerApp(settings, persistence)
+    except (ValueError, TypeError, PersistenceError) as exc:
         print(f"pytest-qstash serve: {exc}", file=sys.stderr)
         return 2
     try:
@@ -186,7 +203,8 @@ async def _announce(server: object, app: QStashServerApp, sock: socket.socket) -
     print("\n".join(lines), flush=True)
     print(
         f"pytest-qstash: QStash API on {url} ({settings.clock} clock, now "
-        f"{app.fake.now.isoformat()}); control API under {url}/_qstash/. Ctrl-C stops it.",
+        f"{app.fake.now.isoformat()}); control API under {url}/_qstash/; "
+        f"{app.persistence.describe(app)}. Ctrl-C stops it.",
         file=sys.stderr,
         flush=True,
     )
