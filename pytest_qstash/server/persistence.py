@@ -387,6 +387,11 @@ class DataDir(InMemory):
             target.__dict__.clear()
             target.__dict__.update(state["roots"][name])
         _restore_extras(fake, state["fake"])
+        # An attempt whose app was being called as the snapshot was taken never finished
+        # (its answer came after, or never): it is due again, as an abandoned call is.
+        for attempt in list(fake.store.in_flight.values()):
+            if attempt.ends_ms is None:
+                fake.store.requeue(attempt)
         self._restored = snapshot.written_at
 
     def _settings(self, stored: ServerSettings, given: ServerSettings) -> ServerSettings:

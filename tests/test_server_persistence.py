@@ -1,0 +1,322 @@
+"""``serve --data-dir DIR``: the state survives a stop, a ``kill -9`` under load, and a clock
+that ran on while the server was down. Real server processes on loopback, the real ``qstash``
+SDK as the client, an HTTP endpoint in this process receiving the deliveries."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from qstash import QStash
+from qstash.message import FlowControl
+
+from pytest_qstash.server import ServerProcess
+from pytest_qstash.server.app import QStashServerApp, ServerSettings
+from pytest_qstash.server.persistence import DataDir, PersistenceError
+
+#: What the control API lists, and the QStash API's flow-control keys: the state compared.
+LISTS = ("messages", "deliveries", "dlq", "events", "schedules", "queues", "url_groups", "runs")
+
+
+class Endpoint:
+    """An app's endpoint in this process: records each delivery's message id and path;
+    ``/fail`` answers 500."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                with endpoint._lock:
+                    endpoint.received.append((self.headers["upstash-message-id"], self.path))
+                self.send_response(500 if self.path == "/fail" else 200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def ids(self, path: str) -> set[str]:
+        """The message ids delivered to ``path`` (each test has its own: ids are seeded)."""
+        with self._lock:
+            return {message_id for message_id, to in self.received if to == path}
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[Endpoint]:
+    started = Endpoint()
+    yield started
+    started.close()
+
+
+def serve(data_dir: Path, *, clock: str = "virtual", port: int = 0) -> ServerProcess:
+    return ServerProcess.start(clock=clock, port=port, args=["--data-dir", str(data_dir)])
+
+
+def kill(server: ServerProcess) -> None:
+    os.kill(server.process.pid, signal.SIGKILL)
+    server.process.wait(timeout=10)
+    server.stop()
+
+
+def status_line(server: ServerProcess) -> str:
+    """What the server says once it serves (on stderr, after its four lines on stdout)."""
+    deadline = time.monotonic() + 10
+    while "Ctrl-C stops it" not in server.output and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return server.output
+
+
+def everything(server: ServerProcess) -> dict[str, Any]:
+    """The server's whole visible state, as JSON."""
+    auth = {"Authorization": f"Bearer {server.token}"}
+    with httpx.Client(base_url=server.url, headers=auth, timeout=10) as http:
+        state = {name: http.get(f"/_qstash/{name}").json() for name in LISTS}
+        state["state"] = http.get("/_qstash/state").json()
+        state["flow_control"] = http.get("/v2/flowControl").json()
+    return state
+
+
+def test_a_restart_keeps_the_state(tmp_path: Path, endpoint: Endpoint) -> None:
+    server = serve(tmp_path)
+    try:
+        token = server.token
+        assert f"state kept in {tmp_path} (new)" in status_line(server)
+        sdk = QStash(token, base_url=server.url, retry=False)
+        later = sdk.message.publish_json(url=f"{endpoint.url}/later", body={"n": 1}, delay="1h")
+        sdk.schedule.create(destination=f"{endpoint.url}/cron", cron="0 0 1 1 *")
+        sdk.queue.upsert("emails", parallelism=2)
+        sdk.url_group.upsert_endpoints(url_group="team", endpoints=[{"url": f"{endpoint.url}/a"}])
+        sdk.message.publish_json(
+            url=f"{endpoint.url}/flow",
+            body={},
+            delay="2h",
+            flow_control=FlowControl(key="tenant-1", parallelism=1),
+        )
+        failed = sdk.message.publish_json(url=f"{endpoint.url}/fail", body={}, retries=0)
+        [attempt] = server.tick()
+        assert attempt.status == 500
+        server.trigger(f"{endpoint.url}/workflow", {"order": 7})
+        server.advance("5m")  # the workflow's first step is delivered on the way
+        before = everything(server)
+        assert [e["message_id"] for e in before["dlq"]] == [failed.message_id]  # type: ignore[union-attr]
+        assert len(before["runs"]) == 1 and len(before["schedules"]) == 1
+        server.stop()  # a clean stop: the last snapshot
+
+        server = serve(tmp_path)
+        assert server.token == token
+        assert "restored: 4 messages, 1 schedule, 1 DLQ entry, 1 workflow run" in status_line(server)
+        assert everything(server) == before
+
+        # Changes after the restart are in the journal only; kill -9 loses none of them.
+        sdk = QStash(token, base_url=server.url, retry=False)
+        sdk.message.cancel(later.message_id)  # type: ignore[union-attr]
+        sdk.schedule.create(destination=f"{endpoint.url}/cron2", cron="0 0 1 2 *")
+        sdk.queue.upsert("emails", parallelism=3)
+        sdk.dlq.delete(before["dlq"][0]["dlq_id"])
+        server.advance("1m")  # nothing due: the clock alone moves
+        again = sdk.message.publish_json(url=f"{endpoint.url}/again", body={"n": 2}, delay="1d")
+        before = everything(server)
+        kill(server)
+
+        server = serve(tmp_path)
+        assert "journal entries replayed" in status_line(server)
+        assert everything(server) == before
+        sdk = QStash(token, base_url=server.url, retry=False)
+        assert sdk.message.get(again.message_id).body == '{"n": 2}'  # type: ignore[union-attr]
+
+        # A reset forgets on disk too.
+        server.reset()
+        kill(server)
+        server = serve(tmp_path)
+        assert server.token == token
+        after_reset = everything(server)
+        assert [after_reset[name] for name in LISTS] == [[]] * len(LISTS)
+        assert after_reset["state"]["now"] == before["state"]["now"]  # time never goes back
+    finally:
+        server.stop()
+
+
+def test_kill_9_under_load_loses_nothing_acknowledged(tmp_path: Path, endpoint: Endpoint) -> None:
+    """Publishers and a ticker run while the server is killed three times: every message a
+    publish was answered 200 for is there after the restarts, with its body under its id,
+    and is delivered (at least once: what was delivered after the last snapshot again)."""
+    server = serve(tmp_path)
+    port = int(server.url.rsplit(":", 1)[1])
+    acked: dict[str, int] = {}
+    stop = threading.Event()
+
+    def publish(first: int) -> None:
+        sdk = QStash(server.token, base_url=server.url, retry=False)
+        i = first
+        while not stop.is_set():
+            try:
+                result = sdk.message.publish_json(url=f"{endpoint.url}/load", body={"i": i})
+            except Exception:  # the server is down: try again
+                time.sleep(0.01)
+                continue
+            acked[result.message_id] = i  # type: ignore[union-attr]
+            i += 1
+
+    def tick() -> None:
+        with httpx.Client(headers={"Authorization": f"Bearer {server.token}"}) as http:
+            while not stop.is_set():
+                try:
+                    http.post(f"{server.url}/_qstash/tick", timeout=10)
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.02)
+
+    load = [threading.Thread(target=publish, args=(n * 1_000_000,)) for n in range(2)]
+    load.append(threading.Thread(target=tick))
+    for thread in load:
+        thread.start()
+    try:
+        for _ in range(3):
+            wanted, deadline = len(acked) + 25, time.monotonic() + 20
+            while len(acked) < wanted and time.monotonic() < deadline:
+                time.sleep(0.01)
+            kill(server)
+            server = serve(tmp_path, port=port)
+        wanted, deadline = len(acked) + 20, time.monotonic() + 20
+        while len(acked) < wanted and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        for thread in load:
+            thread.join(timeout=20)
+    try:
+        assert len(acked) >= 90
+        server.drain()
+        stored = {m.message_id: m for m in server.messages}
+        lost = sorted(set(acked) - set(stored))
+        assert not lost, f"{len(lost)} acknowledged messages lost, e.g. {lost[:3]}"
+        assert all(stored[mid].json() == {"i": i} for mid, i in acked.items())
+        assert all(stored[mid].state == "DELIVERED" for mid in acked)
+        assert set(acked) <= endpoint.ids("/load")
+    finally:
+        server.stop()
+
+
+def test_on_a_real_clock_what_fell_due_while_down_goes_out_at_start(
+    tmp_path: Path, endpoint: Endpoint
+) -> None:
+    server = serve(tmp_path, clock="real")
+    try:
+        sdk = QStash(server.token, base_url=server.url, retry=False)
+        result = sdk.message.publish_json(url=f"{endpoint.url}/late", body={}, delay=1)
+        message_id = result.message_id  # type: ignore[union-attr]
+        due = server.messages.one(message_id=message_id).not_before
+        server.stop()
+        while time.time() < due.timestamp() + 0.2:
+            time.sleep(0.05)
+        assert message_id not in endpoint.ids("/late")
+
+        server = serve(tmp_path, clock="real")
+        started = time.time()
+        deadline = started + 10
+        while message_id not in endpoint.ids("/late") and time.time() < deadline:
+            time.sleep(0.02)
+        [delivery] = server.deliveries.filter(message_id=message_id)
+        assert delivery.status == 200
+        assert delivery.at.timestamp() >= started - 0.5 > due.timestamp()  # late, at start
+    finally:
+        server.stop()
+
+
+def test_the_status_line_says_where_the_state_lives(qstash_server: ServerProcess) -> None:
+    assert "state in memory, lost when the server stops" in status_line(qstash_server)
+
+
+def test_a_data_dir_of_another_clock_or_version_is_refused(tmp_path: Path) -> None:
+    settings = ServerSettings("token-1", "sig_a", "sig_b", clock="virtual")
+
+    async def write_one() -> None:
+        app = QStashServerApp(settings, DataDir(tmp_path))
+        app.startup()
+        app.persistence.started(app)
+        await app.shutdown()
+
+    asyncio.run(write_one())
+
+    with pytest.raises(PersistenceError, match="on a virtual clock: start it with --clock virtual"):
+        QStashServerApp(ServerSettings("t", "k1", "k2", clock="real"), DataDir(tmp_path))
+    with pytest.raises(PersistenceError, match="another token than the one given"):
+        QStashServerApp(ServerSettings("t", "k1", "k2", clock="virtual"), DataDir(tmp_path, frozenset({"token"})))
+
+    db = sqlite3.connect(tmp_path / "snapshot.sqlite")
+    db.execute("UPDATE snapshot SET layout = 'someotherlayout', version = '0.0.1'")
+    db.commit()
+    db.close()
+    command = [sys.executable, "-m", "pytest_qstash", "serve", "--clock=virtual", "--port=0"]
+    done = subprocess.run(
+        [*command, "--data-dir", str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert "was written by pytest-qstash 0.0.1" in done.stderr
+    assert "cannot read it safely" in done.stderr
+
+
+def test_a_torn_journal_tail_loses_only_the_entry_it_tore(tmp_path: Path) -> None:
+    """What ``kill -9`` in the middle of a journal write leaves: the WAL's last frame cut
+    short. The journal is copied while the server still has it open (as a killed server
+    leaves it), its tail torn, and a server started on the copy."""
+    settings = ServerSettings("token-1", "sig_a", "sig_b", clock="virtual", start="2026-01-01")
+    auth = {"Authorization": "Bearer token-1"}
+
+    def publish(app: QStashServerApp, n: int) -> str:
+        request = httpx.Request(
+            "POST",
+            f"http://127.0.0.1:1/v2/publish/https://example.com/{n}",
+            headers=auth,
+            content=b"{}",
+        )
+        return str(json.loads(app._api(request).content)["messageId"])
+
+    async def crash_copy() -> list[str]:
+        app = QStashServerApp(settings, DataDir(tmp_path / "a"))
+        app.startup()
+        app.persistence.started(app)  # nothing awaited below: no snapshot is taken
+        ids = [publish(app, n) for n in range(5)]
+        shutil.copytree(tmp_path / "a", tmp_path / "b", ignore=shutil.ignore_patterns("lock"))
+        await app.shutdown()
+        return ids
+
+    ids = asyncio.run(crash_copy())
+    [wal] = (tmp_path / "b").glob("journal-*.sqlite-wal")
+    wal.write_bytes(wal.read_bytes()[:-7])
+
+    async def restart() -> list[str]:
+        app = QStashServerApp(settings, DataDir(tmp_path / "b"))
+        app.startup()
+        app.persistence.started(app)
+        restored = list(app.fake.store.messages)
+        await app.shutdown()
+        return restored
+
+    assert asyncio.run(restart()) == ids[:-1]
