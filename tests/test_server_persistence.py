@@ -5,6 +5,7 @@ SDK as the client, an HTTP endpoint in this process receiving the deliveries."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -125,12 +126,14 @@ def test_a_restart_keeps_the_state(tmp_path: Path, endpoint: Endpoint) -> None:
         server.advance("5m")  # the workflow's first step is delivered on the way
         before = everything(server)
         assert [e["message_id"] for e in before["dlq"]] == [failed.message_id]  # type: ignore[union-attr]
-        assert len(before["runs"]) == 1 and len(before["schedules"]) == 1
+        assert len(before["runs"]) == 1
+        assert len(before["schedules"]) == 1
         server.stop()  # a clean stop: the last snapshot
 
         server = serve(tmp_path)
         assert server.token == token
-        assert "restored: 4 messages, 1 schedule, 1 DLQ entry, 1 workflow run" in status_line(server)
+        restored = "restored: 4 messages, 1 schedule, 1 DLQ entry, 1 workflow run"
+        assert restored in status_line(server)
         assert everything(server) == before
 
         # Changes after the restart are in the journal only; kill -9 loses none of them.
@@ -186,10 +189,8 @@ def test_kill_9_under_load_loses_nothing_acknowledged(tmp_path: Path, endpoint: 
     def tick() -> None:
         with httpx.Client(headers={"Authorization": f"Bearer {server.token}"}) as http:
             while not stop.is_set():
-                try:
+                with contextlib.suppress(httpx.HTTPError):
                     http.post(f"{server.url}/_qstash/tick", timeout=10)
-                except httpx.HTTPError:
-                    pass
                 time.sleep(0.02)
 
     load = [threading.Thread(target=publish, args=(n * 1_000_000,)) for n in range(2)]
@@ -266,8 +267,9 @@ def test_a_data_dir_of_another_clock_or_version_is_refused(tmp_path: Path) -> No
 
     with pytest.raises(PersistenceError, match="on a virtual clock: start it with --clock virtual"):
         QStashServerApp(ServerSettings("t", "k1", "k2", clock="real"), DataDir(tmp_path))
+    token_given = DataDir(tmp_path, frozenset({"token"}))
     with pytest.raises(PersistenceError, match="another token than the one given"):
-        QStashServerApp(ServerSettings("t", "k1", "k2", clock="virtual"), DataDir(tmp_path, frozenset({"token"})))
+        QStashServerApp(ServerSettings("t", "k1", "k2", clock="virtual"), token_given)
 
     db = sqlite3.connect(tmp_path / "snapshot.sqlite")
     db.execute("UPDATE snapshot SET layout = 'someotherlayout', version = '0.0.1'")

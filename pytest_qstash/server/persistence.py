@@ -299,7 +299,11 @@ class DataDir(InMemory):
             raise PersistenceError(f"cannot use --data-dir {self.path}: {exc}") from None
         self._lock = _lock(self.path)
         self._layout = _layout()
-        self._snapshot = self._read_snapshot()
+        try:
+            self._snapshot = self._read_snapshot()
+        except BaseException:
+            _unlock(self._lock)
+            raise
         self._journal: sqlite3.Connection | None = None
         self._generation = max(self._generations(), default=0)
         self._seq = 0
@@ -366,6 +370,13 @@ class DataDir(InMemory):
     def load(self, app: QStashServerApp) -> None:
         """Before the server binds: the snapshot's state into ``app`` (refusing settings that
         contradict it); the journal is replayed once the event loop runs (``started``)."""
+        try:
+            self._load(app)
+        except BaseException:
+            _unlock(self._lock)  # refused: the data dir is free for another start
+            raise
+
+    def _load(self, app: QStashServerApp) -> None:
         snapshot = self._snapshot
         if snapshot is None:
             return
