@@ -286,8 +286,8 @@ class _Snapshot:
 class DataDir(InMemory):
     """A data dir in use: its lock held, a journal open, snapshots taken as the state changes.
 
-    ``given`` are the settings of this start; ``explicit`` names those the command line set
-    (a token, keys, a start): a data dir that holds state keeps its own, and refuses others.
+    ``explicit`` names the settings the command line gave (``token``, the signing keys,
+    ``start``): a data dir that holds state keeps its own, and refuses others.
     """
 
     def __init__(self, path: str | os.PathLike[str], explicit: frozenset[str] = frozenset()):
@@ -685,6 +685,16 @@ class DataDir(InMemory):
             if digits.isdigit():
                 yield int(digits)
 
+    def _journal_files(self, covered: int) -> list[Path]:
+        """The files of the journals up to ``covered``, their WAL and index too (also those
+        a deletion cut short left without their database)."""
+        files = []
+        for path in self.path.glob(f"{_JOURNAL_PREFIX}*"):
+            digits = path.name[len(_JOURNAL_PREFIX) :].partition(".")[0]
+            if digits.isdigit() and int(digits) <= covered:
+                files.append(path)
+        return files
+
     def _open_journal(self) -> None:
         self._generation += 1
         path = self._journal_path(self._generation)
@@ -706,16 +716,15 @@ class DataDir(InMemory):
         (sqlite checkpoints on close): while serving, a thread does it, off the event loop."""
         closing = [db for generation, db in self._open if generation <= covered]
         self._open = [(g, db) for g, db in self._open if g > covered]
-        doomed = [self._journal_path(g) for g in self._generations() if g <= covered]
+        doomed = self._journal_files(covered)
 
         def retire() -> None:
             for db in closing:
                 with contextlib.suppress(sqlite3.Error):
                     db.close()
             for path in doomed:
-                for suffix in ("", "-wal", "-shm"):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(f"{path}{suffix}")
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
 
         return retire
 
