@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import copyreg
+import gc
 import hashlib
 import importlib.metadata
 import io
@@ -31,6 +32,7 @@ import json
 import logging
 import os
 import pickle
+import signal
 import sqlite3
 import threading
 import time
@@ -586,8 +588,7 @@ class DataDir(InMemory):
         if pid == 0:
             code = 1
             try:
-                with contextlib.suppress(OSError):
-                    os.nice(10)  # the server keeps the core it needs
+                _become_snapshot_child()
                 self._write(_dumps(self._state(app)), covered)
                 code = 0
             except BaseException:
@@ -784,6 +785,20 @@ def _run_now(coroutine: Coroutine[Any, Any, Any]) -> Any:
         return stop.value
     coroutine.close()
     raise RuntimeError("the control action waited for something: it cannot be replayed")
+
+
+def _become_snapshot_child() -> None:
+    """The forked child shares the server's files and sockets: it must touch none of them.
+    No collection (a finalizer of garbage could close a connection the server uses), the
+    default signal handling (the event loop's wakeup socket is the server's), and a lower
+    priority (the server keeps the core it needs)."""
+    gc.disable()
+    with contextlib.suppress(ValueError, OSError):
+        signal.set_wakeup_fd(-1)
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_DFL)
+    with contextlib.suppress(OSError):
+        os.nice(10)
 
 
 def _sync_dir(path: Path) -> None:
