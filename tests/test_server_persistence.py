@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from qstash.message import FlowControl
 from pytest_qstash.server import ServerProcess
 from pytest_qstash.server.app import QStashServerApp, ServerSettings
 from pytest_qstash.server.persistence import DataDir, PersistenceError
+from pytest_qstash.state.ids import IdGenerator
 
 #: What the control API lists, and the QStash API's flow-control keys: the state compared.
 LISTS = ("messages", "deliveries", "dlq", "events", "schedules", "queues", "url_groups", "runs")
@@ -330,3 +332,62 @@ def test_a_torn_journal_tail_loses_only_the_entry_it_tore(tmp_path: Path) -> Non
         return restored
 
     assert asyncio.run(restart()) == ids[:-1]
+
+
+def test_ids_come_out_the_same_though_deliveries_are_not_replayed(tmp_path: Path) -> None:
+    """A delivery draws an id (its signature's JWT id) and is not journaled: the replay puts
+    the id generator where it was before each request, so the publish after it gets the id
+    its client was answered with."""
+    settings = ServerSettings("token-1", "sig_a", "sig_b", clock="virtual", start="2026-01-01")
+    auth = {"Authorization": "Bearer token-1"}
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        nowhere = f"http://127.0.0.1:{unused.getsockname()[1]}"  # refused once closed
+
+    def publish(app: QStashServerApp, path: str) -> str:
+        request = httpx.Request(
+            "POST", f"http://127.0.0.1:1/v2/publish/{nowhere}/{path}", headers=auth, content=b"{}"
+        )
+        return str(json.loads(app._api(request).content)["messageId"])
+
+    async def crash_copy() -> list[str]:
+        app = QStashServerApp(settings, DataDir(tmp_path / "a"))
+        app.startup()
+        app.persistence.started(app)
+        ids = [publish(app, "first")]
+        tick = httpx.Request("POST", "http://127.0.0.1:1/_qstash/tick", headers=auth)
+        answer = await app._control(tick, "tick")
+        assert [d["error"] is not None for d in json.loads(answer.content)["deliveries"]] == [True]
+        ids.append(publish(app, "second"))
+        shutil.copytree(tmp_path / "a", tmp_path / "b", ignore=shutil.ignore_patterns("lock"))
+        await app.shutdown()
+        return ids
+
+    ids = asyncio.run(crash_copy())
+
+    async def restart() -> dict[str, str]:
+        app = QStashServerApp(settings, DataDir(tmp_path / "b"))
+        app.startup()
+        app.persistence.started(app)
+        restored = {m.message_id: m.url.rsplit("/", 1)[1] for m in app.fake.messages}
+        await app.shutdown()
+        return restored
+
+    assert asyncio.run(restart()) == {ids[0]: "first", ids[1]: "second"}
+
+
+def test_the_replay_moves_the_id_generator_both_ways(tmp_path: Path) -> None:
+    made = IdGenerator(7)
+    expected = [made.message_id(), made.jwt_id(), made.token(21), made.message_id()]
+    skipped = IdGenerator(7)
+    skipped.skip(made.drawn - 40)  # where the last message id began
+    assert skipped.message_id() == expected[-1]
+
+    data_dir = DataDir(tmp_path)
+    ids = IdGenerator(7)
+    data_dir._move_ids(ids, 0)  # first seen: where a rewind starts over from
+    [ids.message_id() for _ in range(3)]
+    data_dir._move_ids(ids, 40)  # a replayed request drew more than it first did: back
+    assert ids.jwt_id() == expected[1]
+    data_dir._move_ids(ids, made.drawn - 40)  # a delivery drew in between: forward
+    assert ids.message_id() == expected[-1]
