@@ -126,6 +126,7 @@ def test_a_restart_keeps_the_state(tmp_path: Path, endpoint: Endpoint) -> None:
         [attempt] = server.tick()
         assert attempt.status == 500
         server.trigger(f"{endpoint.url}/workflow", {"order": 7})
+        keys = sdk.signing_key.rotate()
         server.advance("5m")  # the workflow's first step is delivered on the way
         before = everything(server)
         assert [e["message_id"] for e in before["dlq"]] == [failed.message_id]  # type: ignore[union-attr]
@@ -135,6 +136,8 @@ def test_a_restart_keeps_the_state(tmp_path: Path, endpoint: Endpoint) -> None:
 
         server = serve(tmp_path)
         assert server.token == token
+        assert server.env["QSTASH_CURRENT_SIGNING_KEY"] == keys.current  # the rotated ones
+        assert server.env["QSTASH_NEXT_SIGNING_KEY"] == keys.next
         restored = "restored: 4 messages, 1 schedule, 1 DLQ entry, 1 workflow run"
         assert restored in status_line(server)
         assert everything(server) == before

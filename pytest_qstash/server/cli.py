@@ -194,11 +194,12 @@ async def _announce(server: object, app: QStashServerApp, sock: socket.socket) -
         await asyncio.sleep(0.01)
     url = base_url(sock)
     settings = app.settings
+    account = app.fake.account  # the keys now: a restored data dir's may have been rotated
     lines = [
         f"QSTASH_URL={url}",
-        f"QSTASH_TOKEN={settings.token}",
-        f"QSTASH_CURRENT_SIGNING_KEY={settings.current_signing_key}",
-        f"QSTASH_NEXT_SIGNING_KEY={settings.next_signing_key}",
+        f"QSTASH_TOKEN={account.token}",
+        f"QSTASH_CURRENT_SIGNING_KEY={account.current_signing_key}",
+        f"QSTASH_NEXT_SIGNING_KEY={account.next_signing_key}",
     ]
     print("\n".join(lines), flush=True)
     print(
