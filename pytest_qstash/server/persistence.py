@@ -789,16 +789,14 @@ def _run_now(coroutine: Coroutine[Any, Any, Any]) -> Any:
 
 def _become_snapshot_child() -> None:
     """The forked child shares the server's files and sockets: it must touch none of them.
-    No collection (a finalizer of garbage could close a connection the server uses), the
-    default signal handling (the event loop's wakeup socket is the server's), and a lower
-    priority (the server keeps the core it needs)."""
+    No collection (a finalizer of garbage could close a connection the server uses) and the
+    default signal handling (the event loop's wakeup socket is the server's). It keeps the
+    server's priority: a starved child would hold up the next snapshot, and a restart."""
     gc.disable()
     with contextlib.suppress(ValueError, OSError):
         signal.set_wakeup_fd(-1)
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, signal.SIG_DFL)
-    with contextlib.suppress(OSError):
-        os.nice(10)
 
 
 def _sync_dir(path: Path) -> None:
