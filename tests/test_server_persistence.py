@@ -26,7 +26,7 @@ import pytest
 from qstash import QStash
 from qstash.message import FlowControl
 
-from pytest_qstash.server import ServerProcess
+from pytest_qstash.server import ServerProcess, persistence
 from pytest_qstash.server.app import QStashServerApp, ServerSettings
 from pytest_qstash.server.persistence import DataDir, PersistenceError
 from pytest_qstash.state.ids import IdGenerator
@@ -432,3 +432,48 @@ def test_the_replay_moves_the_id_generator_both_ways(tmp_path: Path) -> None:
     assert ids.jwt_id() == expected[1]
     data_dir._move_ids(ids, made.drawn - 40)  # a delivery drew in between: forward
     assert ids.message_id() == expected[-1]
+
+
+def test_without_fork_a_thread_writes_the_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where there is no fork (Windows), the state is pickled on the event loop and a thread
+    writes it; the journal it covers goes."""
+    monkeypatch.setattr(persistence, "FORK", False)
+    settings = ServerSettings("token-1", "sig_a", "sig_b", clock="virtual", start="2026-01-01")
+    auth = {"Authorization": "Bearer token-1"}
+
+    async def serve_and_snapshot() -> list[str]:
+        app = QStashServerApp(settings, DataDir(tmp_path / "a"))
+        app.startup()
+        app.persistence.started(app)
+        for n in range(3):
+            request = httpx.Request(
+                "POST", f"http://127.0.0.1:1/v2/publish/https://example.com/{n}", headers=auth
+            )
+            app._api(request)
+        data_dir = app.persistence
+        assert isinstance(data_dir, DataDir)
+        data_dir.reset()  # a snapshot is due at once
+        data_dir._step(app)
+        assert data_dir._retiring is not None
+        data_dir._retiring.join(timeout=30)
+        shutil.copytree(tmp_path / "a", tmp_path / "b", ignore=shutil.ignore_patterns("lock"))
+        await app.shutdown()
+        return list(app.fake.store.messages)
+
+    ids = asyncio.run(serve_and_snapshot())
+    assert len(list((tmp_path / "b").glob("journal-*.sqlite"))) == 1  # the one opened after
+
+    async def restart() -> tuple[list[str], str]:
+        app = QStashServerApp(settings, DataDir(tmp_path / "b"))
+        app.startup()
+        app.persistence.started(app)
+        restored = list(app.fake.store.messages), app.persistence.describe(app)
+        await app.shutdown()
+        return restored
+
+    restored, described = asyncio.run(restart())
+    assert restored == ids
+    assert "3 messages" in described
+    assert "0 journal entries replayed" in described

@@ -61,6 +61,8 @@ _log = logging.getLogger("pytest_qstash.server")
 FORMAT = 1
 #: The shortest time between two snapshots (seconds), and the longest a change waits for one.
 SNAPSHOT_EVERY_S = 1.0
+#: Whether snapshots are written by a forked child (else: pickled here, written by a thread).
+FORK = hasattr(os, "fork")
 #: How long a starting server waits for a data dir another process (a snapshot child of a
 #: killed server finishing its write) still holds.
 LOCK_WAIT_S = 15.0
@@ -568,7 +570,7 @@ class DataDir(InMemory):
         self._take(app, covered)
 
     def _take(self, app: QStashServerApp, covered: int) -> None:
-        if not hasattr(os, "fork"):
+        if not FORK:
             blob = _dumps(self._state(app))  # no fork: pickled here, written by a thread
             retire = self._retirement(covered)
 
