@@ -440,6 +440,7 @@ def test_without_fork_a_thread_writes_the_snapshot(
     """Where there is no fork (Windows), the state is pickled on the event loop and a thread
     writes it; the journal it covers goes."""
     monkeypatch.setattr(persistence, "FORK", False)
+    monkeypatch.setattr(persistence, "SNAPSHOT_EVERY_S", 0.0)  # one is due at once
     settings = ServerSettings("token-1", "sig_a", "sig_b", clock="virtual", start="2026-01-01")
     auth = {"Authorization": "Bearer token-1"}
 
@@ -454,7 +455,6 @@ def test_without_fork_a_thread_writes_the_snapshot(
             app._api(request)
         data_dir = app.persistence
         assert isinstance(data_dir, DataDir)
-        data_dir.reset()  # a snapshot is due at once
         data_dir._step(app)
         assert data_dir._retiring is not None
         data_dir._retiring.join(timeout=30)

@@ -365,8 +365,9 @@ class DataDir(InMemory):
         )
 
     def reset(self) -> None:
-        """A reset: snapshot soon, so that what it forgot leaves the disk too."""
-        self._last_taken = 0.0
+        """A reset: the next snapshot as soon as one may be taken (snapshots stay a second
+        apart, even in a suite resetting before every test), so what it forgot leaves the
+        disk too."""
         if self._wake is not None:
             self._wake.set()
 
