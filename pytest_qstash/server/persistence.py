@@ -12,6 +12,8 @@
 
 Deliveries are not journaled: those made after the last snapshot are made again after a
 crash (QStash is at-least-once). A clean stop writes a final snapshot and redelivers nothing.
+So a replayed control action runs to its end without waiting; one that delivers is a clock
+move (``QStashServerApp.CLOCK_MOVES``), replayed as the clock's move alone.
 
 Snapshots are written by a forked child, which sees the memory of one instant (copy on
 write): the server does not stop for it, and the child's pickling and writing use another
@@ -21,6 +23,7 @@ does not exist (Windows), the state is pickled in the server and written by a th
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import copyreg
@@ -436,8 +439,6 @@ class DataDir(InMemory):
     def started(self, app: QStashServerApp) -> None:
         """On the server's event loop, before it serves: replay the journal, write a snapshot
         of the result (the journals then go), open a new journal, start the snapshots."""
-        import asyncio
-
         replayed = 0
         covered = self._snapshot.journal if self._snapshot is not None else 0
         for generation in sorted(self._generations()):
@@ -544,8 +545,6 @@ class DataDir(InMemory):
         return (self._seq, store.ids.drawn, len(store.events), id(app.fake))
 
     async def _snapshots(self, app: QStashServerApp) -> None:
-        import asyncio
-
         assert self._wake is not None
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
@@ -738,8 +737,6 @@ class DataDir(InMemory):
     async def stopped(self, app: QStashServerApp) -> None:
         """A clean stop: the last snapshot, written here (the server serves no more), and the
         journals go; a restart then redelivers nothing."""
-        import asyncio
-
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
