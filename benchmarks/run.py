@@ -1222,6 +1222,52 @@ def server_mode(report: Report, n: int, rounds: int, rate: float, seconds: float
     )
 
 
+# -- 9. the server's state on disk -------------------------------------------------------------
+PERSISTED_PUBLISH_BUDGET = 2.0
+
+
+def persisted_publish(report: Report, n: int, rounds: int) -> None:
+    """A publish to a server with ``--data-dir`` (journaled in sqlite before it is answered)
+    against one to a server in memory: the server's own work, through the same method its
+    ASGI app calls for every QStash API request, without the HTTP round trip around it
+    (``benchmarks/server.py`` times that too)."""
+    from pytest_qstash.server.app import QStashServerApp, ServerSettings
+    from pytest_qstash.server.persistence import DataDir
+
+    settings = ServerSettings("bench-token", "sig_a", "sig_b", clock="virtual", start=START)
+    headers = {"Authorization": "Bearer bench-token", "Content-Type": "application/json"}
+    requests = [
+        httpx.Request("POST", f"http://127.0.0.1/v2/publish/{HOOK}", headers=headers, content=b)
+        for b in (json.dumps({"i": i}).encode() for i in range(n))
+    ]
+
+    def publish(on_disk: bool) -> Callable[[], float]:
+        async def run() -> float:
+            with tempfile.TemporaryDirectory() as data_dir:
+                app = QStashServerApp(settings, DataDir(data_dir) if on_disk else None)
+                app.startup()
+                app.persistence.started(app)
+                began = time.perf_counter()
+                for request in requests:
+                    app._api(request)
+                took = time.perf_counter() - began
+                await app.shutdown()
+            return took
+
+        return lambda: asyncio.run(run())
+
+    result = interleaved({"disk": publish(True), "memory": publish(False)}, rounds)
+    ratio = result.ratio("disk", "memory")
+    report.check(
+        f"9. server publish, --data-dir vs in memory ({n} per round, no HTTP)",
+        us(result.median("disk") / n),
+        us(result.median("memory") / n),
+        ratio,
+        f"<= {PERSISTED_PUBLISH_BUDGET:.0f}x",
+        ratio <= PERSISTED_PUBLISH_BUDGET,
+    )
+
+
 # -- main ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Sizes:
@@ -1323,7 +1369,7 @@ def main() -> int:
         help="profile publish + deliver (default) or a 50-step workflow run, judge nothing",
     )
     parser.add_argument(
-        "--only", metavar="N", action="append", help="run only budget N (1-8; repeatable)"
+        "--only", metavar="N", action="append", help="run only budget N (1-9; repeatable)"
     )
     args = parser.parse_args()
     if args.profile:
@@ -1359,6 +1405,7 @@ def main() -> int:
         ("4", "copies", lambda: delivered_body_copies(report, size.copies_body)),
         ("5", "<= 2x", lambda: workflows(report, *size.workflow)),
         ("8", ">= 1x", lambda: server_mode(report, *size.server)),
+        ("9", "<= 2x", lambda: persisted_publish(report, *size.deliver)),
     ]
     if size.scaling is not None:
         scaling = size.scaling

@@ -7,7 +7,8 @@ Figures, each timed in alternating rounds with what it is compared to, medians s
 
 - publishes per second with the real sync SDK (``QStash.message.publish_json``): to
   ``pytest-qstash serve`` on loopback, beside the same calls answered by an active
-  ``FakeQStash`` in the process;
+  ``FakeQStash`` in the process, and beside a server keeping its state on disk
+  (``--data-dir``: each publish journaled in sqlite before it is answered);
 - deliveries per second into a trivial Starlette app: the server delivering over HTTP to the
   app under uvicorn in its own process (``tick()`` through the control API), beside a
   ``FakeQStash`` delivering in-process to the same app mounted, and beside a ``FakeQStash``
@@ -20,8 +21,10 @@ Figures, each timed in alternating rounds with what it is compared to, medians s
   after its publish, and how late each reached the app (its arrival by the wall clock beside
   the message's due time), p50 and p95 (``benchmarks/run.py`` judges the p95, budget 8).
 
-Informational here: no budget, nothing fails. The server and the app are child processes on
-this machine, competing for its cores with this one.
+One budget: a publish to a server with ``--data-dir`` costs at most twice one to a server in
+memory (the median of the per-round ratios; exit 1 when missed, ``--smoke`` judges nothing).
+The servers and the app are child processes on this machine, competing for its cores with this
+one. The other figures are informational here.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import asyncio
 import os
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -49,6 +53,8 @@ from pytest_qstash.server import AppProcess, ServerProcess  # noqa: E402
 from pytest_qstash.server.pools import OriginPools  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+#: A publish journaled on disk against one in memory.
+PERSISTED_PUBLISH_BUDGET = 2.0
 
 
 def timed(run: Callable[[], None]) -> float:
@@ -169,16 +175,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes; judges nothing")
     args = parser.parse_args()
-    n, rounds = (20, 2) if args.smoke else (200, 3)
+    n, rounds = (20, 2) if args.smoke else (200, 5)
     rate, seconds = (50, 1.0) if args.smoke else (300, 5.0)
 
     os.environ.pop("QSTASH_URL", None)
     server = ServerProcess.start(clock="virtual", args=["--credentials-from-env"])
+    data_dir = tempfile.TemporaryDirectory()
+    persisted = ServerProcess.start(
+        clock="virtual", args=["--credentials-from-env", "--data-dir", data_dir.name]
+    )
     os.environ["QSTASH_URL"] = server.url  # the app's SDK publishes nowhere here; harmless
     app = AppProcess.start("server_app:app", cwd=HERE)
     del os.environ["QSTASH_URL"]
     try:
         remote = QStash(server.token, base_url=server.url, retry=False)
+        on_disk = QStash(persisted.token, base_url=persisted.url, retry=False)
         local = QStash(os.environ["QSTASH_TOKEN"], retry=False)
         hook = f"{app.url}/hook"
         import server_app
@@ -187,6 +198,12 @@ def main() -> int:
             server.reset()
             return timed(
                 lambda: [remote.message.publish_json(url=hook, body={"i": i}) for i in range(n)]
+            )
+
+        def publish_persisted() -> float:
+            persisted.reset()
+            return timed(
+                lambda: [on_disk.message.publish_json(url=hook, body={"i": i}) for i in range(n)]
             )
 
         def publish_local() -> float:
@@ -221,7 +238,14 @@ def main() -> int:
             return run
 
         sys.path.insert(0, str(HERE))
-        publishes = rounds_of({"server": publish_remote, "in-process": publish_local}, rounds)
+        publishes = rounds_of(
+            {
+                "server": publish_remote,
+                "server, --data-dir": publish_persisted,
+                "in-process": publish_local,
+            },
+            rounds,
+        )
         deliveries = rounds_of(
             {
                 "server (HTTP to the app's process)": deliver_remote,
@@ -235,6 +259,8 @@ def main() -> int:
     finally:
         app.stop()
         server.stop()
+        persisted.stop()
+        data_dir.cleanup()
 
     print(f"{n} messages per round, {rounds} rounds, medians; Python {sys.version.split()[0]}")
     print(f"{'figure':<58} {'per second':>12} {'per call':>10}")
@@ -250,7 +276,16 @@ def main() -> int:
         f"real-clock lateness at {rate}/s for {seconds:g} s: p50 {percentile(late, 0.5):.0f} ms, "
         f"p95 {percentile(late, 0.95):.0f} ms, max {late[-1]:.0f} ms ({len(late)} messages)"
     )
-    return 0
+    ratio = statistics.median(
+        disk / memory
+        for disk, memory in zip(publishes["server, --data-dir"], publishes["server"], strict=True)
+    )
+    verdict = "ran" if args.smoke else ("PASS" if ratio <= PERSISTED_PUBLISH_BUDGET else "FAIL")
+    print(
+        f"publish_json, --data-dir vs in memory: {ratio:.2f}x "
+        f"(budget <= {PERSISTED_PUBLISH_BUDGET:.0f}x): {verdict}"
+    )
+    return 1 if verdict == "FAIL" else 0
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from ..state.provisioned import carry_over, keep_names
 from . import records, reports
 from .dashboard import DASHBOARD_PATH, Dashboard
 from .deliveries import DEFAULT_ATTEMPT_TIMEOUT_S, ServerDeliveries
+from .persistence import InMemory, Persistence
 from .pools import OriginPools
 
 CONTROL_PREFIX = "/_qstash"
@@ -117,9 +118,13 @@ def _wall_start(clock: ClockMode) -> float:
 
 
 class QStashServerApp:
-    """ASGI app serving one fake. ``settings.clock`` picks the clock mode."""
+    """ASGI app serving one fake. ``settings.clock`` picks the clock mode; ``persistence``
+    keeps its state on disk (a ``persistence.DataDir``), or not (the default)."""
 
-    def __init__(self, settings: ServerSettings) -> None:
+    #: The control actions that move the clock (and deliver on the way).
+    CLOCK_MOVES = ("tick", "advance", "advance_to", "drain")
+
+    def __init__(self, settings: ServerSettings, persistence: Persistence | None = None) -> None:
         self.settings = settings
         self._resets = 0
         self._lock: asyncio.Lock | None = None
@@ -128,6 +133,9 @@ class QStashServerApp:
         #: What every delivery goes over: connections kept alive, per origin.
         self._pool: OriginPools | None = None
         self._install(build_fake(settings))
+        self.persistence = persistence if persistence is not None else InMemory()
+        self.persistence.load(self)  # a data dir's state, in place of the new fake's
+        self._install(self.fake)  # with the settings the data dir kept
         self.dashboard = Dashboard(self)
 
     @property
@@ -172,6 +180,7 @@ class QStashServerApp:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 self.startup()
+                self.persistence.started(self)  # replays its journal before serving
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.shutdown()
@@ -192,7 +201,8 @@ class QStashServerApp:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._follower
             self._follower = None
-        await self._deliveries.cancel()
+        await self._deliveries.cancel()  # cut attempts are due again after a restart
+        await self.persistence.stopped(self)
         self.fake.stop()
         with contextlib.suppress(Exception):
             self.fake._sender.close()
@@ -220,7 +230,8 @@ class QStashServerApp:
     def _api(self, request: httpx.Request) -> httpx.Response:
         if self.settings.clock == "real":
             self._catch_up_clock()  # a publish is stamped with the wall clock's now
-        response = self.fake.handle(request)
+        with self.persistence.api_call(self, request):  # journaled before the answer goes out
+            response = self.fake.handle(request)
         self._wake_up()
         return response
 
@@ -253,7 +264,8 @@ class QStashServerApp:
     async def _control(self, request: httpx.Request, action: str) -> httpx.Response:
         try:
             self._authenticate(request)
-            return await self._act(request, action)
+            with self.persistence.control(self, request, action):
+                return await self._act(request, action)
         except ControlError as exc:
             return httpx.Response(exc.status, json={"error": exc.message})
         except (ValueError, TypeError) as exc:
@@ -286,7 +298,7 @@ class QStashServerApp:
         if method != "POST":
             raise ControlError(404, f"{method} {CONTROL_PREFIX}/{action} is no control endpoint")
         body = _json_body(request)
-        if action in ("tick", "advance", "advance_to", "drain"):
+        if action in self.CLOCK_MOVES:
             return httpx.Response(200, json=await self._move(action, body))
         if action == "reset":
             return httpx.Response(200, json=await self._reset(body))
@@ -410,6 +422,7 @@ class QStashServerApp:
         carry_over(old.store, fake.store, keep)
         self._resets += 1
         self._install(fake)
+        self.persistence.reset()
         await old_deliveries.cancel()
         old.stop()
         with contextlib.suppress(Exception):

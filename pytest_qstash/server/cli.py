@@ -25,6 +25,7 @@ from ..state.plans import DEFAULT_PLAN, PLANS
 from .app import CLOCK_MODES, QStashServerApp, ServerSettings
 from .dashboard import dashboard_link
 from .deliveries import DEFAULT_ATTEMPT_TIMEOUT_S
+from .persistence import DataDir, PersistenceError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -77,6 +78,13 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="take the token and keys not given above from QSTASH_TOKEN, "
         "QSTASH_CURRENT_SIGNING_KEY and QSTASH_NEXT_SIGNING_KEY (kept off the command line)",
+    )
+    serve.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="keep the state in DIR (sqlite) and restore it on the next start: messages, "
+        "schedules, queues, URL groups, the DLQ, workflow runs, the credentials, the clock. "
+        "Default: in memory, lost when the server stops",
     )
     serve.add_argument(
         "--stop-with-parent",
@@ -147,9 +155,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan=args.plan,
         attempt_timeout=attempt_timeout_ms / 1000,
     )
+    given = {
+        "token": args.token or env.get("QSTASH_TOKEN"),
+        "current_signing_key": args.current_signing_key or env.get("QSTASH_CURRENT_SIGNING_KEY"),
+        "next_signing_key": args.next_signing_key or env.get("QSTASH_NEXT_SIGNING_KEY"),
+        "start": args.start,
+    }
+    explicit = frozenset(name for name, value in given.items() if value is not None)
     try:
-        app = QStashServerApp(settings)  # bad --start / --seed / --plan fail here, before binding
-    except (ValueError, TypeError) as exc:
+        persistence = DataDir(args.data_dir, explicit) if args.data_dir else None
+        # Bad --start / --seed / --plan fail here, before binding, and a data dir's state is
+        # read.
+        app = QStashServerApp(settings, persistence)
+    except (ValueError, TypeError, PersistenceError) as exc:
         print(f"pytest-qstash serve: {exc}", file=sys.stderr)
         return 2
     try:
@@ -244,16 +262,18 @@ async def _announce(server: object, app: QStashServerApp, sock: socket.socket) -
         await asyncio.sleep(0.01)
     url = base_url(sock)
     settings = app.settings
+    account = app.fake.account  # the keys now: a restored data dir's may have been rotated
     lines = [
         f"QSTASH_URL={url}",
-        f"QSTASH_TOKEN={settings.token}",
-        f"QSTASH_CURRENT_SIGNING_KEY={settings.current_signing_key}",
-        f"QSTASH_NEXT_SIGNING_KEY={settings.next_signing_key}",
+        f"QSTASH_TOKEN={account.token}",
+        f"QSTASH_CURRENT_SIGNING_KEY={account.current_signing_key}",
+        f"QSTASH_NEXT_SIGNING_KEY={account.next_signing_key}",
     ]
     print("\n".join(lines), flush=True)
     print(
         f"pytest-qstash: QStash API on {url} ({settings.clock} clock, now "
-        f"{app.fake.now.isoformat()}); control API under {url}/_qstash/. Ctrl-C stops it.",
+        f"{app.fake.now.isoformat()}); control API under {url}/_qstash/; "
+        f"{app.persistence.describe(app)}. Ctrl-C stops it.",
         file=sys.stderr,
         flush=True,
     )

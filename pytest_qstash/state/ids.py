@@ -10,9 +10,20 @@ _BASE58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 class IdGenerator:
     def __init__(self, seed: int | str = 0) -> None:
         self._random = random.Random(seed)
+        #: Characters drawn so far: where the sequence is (a server's journal records it).
+        self.drawn = 0
 
     def token(self, length: int) -> str:
+        self.drawn += length
         return "".join(self._random.choices(_BASE58, k=length))
+
+    def skip(self, count: int) -> None:
+        """Draw ``count`` characters for nothing: afterwards the generator is where one is
+        that made ids of ``count`` characters in all (each character is one draw)."""
+        while count > 0:
+            step = min(count, 1 << 16)
+            self.token(step)
+            count -= step
 
     def message_id(self) -> str:
         return "msg_" + self.token(40)

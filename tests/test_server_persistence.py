@@ -1,0 +1,493 @@
+"""``serve --data-dir DIR``: the state survives a stop, a ``kill -9`` under load, and a clock
+that ran on while the server was down. Real server processes on loopback, the real ``qstash``
+SDK as the client, an HTTP endpoint in this process receiving the deliveries."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from qstash import QStash
+from qstash.message import FlowControl
+
+from pytest_qstash.server import ServerProcess, persistence
+from pytest_qstash.server.app import QStashServerApp, ServerSettings
+from pytest_qstash.server.persistence import DataDir, PersistenceError
+from pytest_qstash.state.ids import IdGenerator
+
+#: What the control API lists, and the QStash API's flow-control keys: the state compared.
+LISTS = ("messages", "deliveries", "dlq", "events", "schedules", "queues", "url_groups", "runs")
+
+
+class Endpoint:
+    """An app's endpoint in this process: records each delivery's message id and path;
+    ``/fail`` answers 500."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                with endpoint._lock:
+                    endpoint.received.append((self.headers["upstash-message-id"], self.path))
+                self.send_response(500 if self.path == "/fail" else 200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def ids(self, path: str) -> set[str]:
+        """The message ids delivered to ``path`` (each test has its own: ids are seeded)."""
+        with self._lock:
+            return {message_id for message_id, to in self.received if to == path}
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[Endpoint]:
+    started = Endpoint()
+    yield started
+    started.close()
+
+
+def serve(
+    data_dir: Path, *, clock: str = "virtual", port: int = 0, start: str | None = None
+) -> ServerProcess:
+    args = ["--data-dir", str(data_dir)]
+    return ServerProcess.start(clock=clock, port=port, start=start, args=args)
+
+
+def restart(data_dir: Path, port: int) -> ServerProcess:
+    """On the port it had (the load's clients reconnect), or another if that was taken."""
+    try:
+        return serve(data_dir, port=port)
+    except RuntimeError:
+        return serve(data_dir)
+
+
+def kill(server: ServerProcess) -> None:
+    os.kill(server.process.pid, signal.SIGKILL)
+    server.process.wait(timeout=10)
+    server.stop()
+
+
+def status_line(server: ServerProcess) -> str:
+    """What the server says once it serves (on stderr, after its four lines on stdout)."""
+    deadline = time.monotonic() + 10
+    while "Ctrl-C stops it" not in server.output and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return server.output
+
+
+def snapshot_covers(data_dir: Path, action: str) -> bool:
+    """Whether the snapshot in place has taken in every journaled ``action``: the journals
+    holding one are all covered by it (or deleted, being covered)."""
+    db = sqlite3.connect(f"file:{data_dir / 'snapshot.sqlite'}?mode=ro", uri=True)
+    try:
+        [(covered,)] = db.execute("SELECT journal FROM snapshot").fetchall()
+    finally:
+        db.close()
+    for path in data_dir.glob("journal-*.sqlite"):
+        generation = int(path.name.split("-")[1].split(".")[0])
+        if generation <= covered:
+            continue
+        try:  # read-only: never create a journal the server deleted meanwhile
+            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+            try:
+                query = "SELECT count(*) FROM journal WHERE target = ?"
+                [(held,)] = db.execute(query, (action,)).fetchall()
+            finally:
+                db.close()
+        except sqlite3.Error:
+            continue  # being created (no table yet) or deleted
+        if held:
+            return False
+    return True
+
+
+def everything(server: ServerProcess) -> dict[str, Any]:
+    """The server's whole visible state, as JSON."""
+    auth = {"Authorization": f"Bearer {server.token}"}
+    with httpx.Client(base_url=server.url, headers=auth, timeout=10) as http:
+        state = {name: http.get(f"/_qstash/{name}").json() for name in LISTS}
+        state["state"] = http.get("/_qstash/state").json()
+        state["flow_control"] = http.get("/v2/flowControl").json()
+    return state
+
+
+def test_a_restart_keeps_the_state(tmp_path: Path, endpoint: Endpoint) -> None:
+    server = serve(tmp_path, start="2026-06-01T00:00:00Z")  # far from the crons' firings
+    try:
+        token = server.token
+        assert f"state kept in {tmp_path} (new)" in status_line(server)
+        sdk = QStash(token, base_url=server.url, retry=False)
+        later = sdk.message.publish_json(url=f"{endpoint.url}/later", body={"n": 1}, delay="1h")
+        later_due = sdk.message.get(later.message_id).not_before  # type: ignore[union-attr]
+        sdk.schedule.create(destination=f"{endpoint.url}/cron", cron="0 0 1 1 *")
+        sdk.queue.upsert("emails", parallelism=2)
+        sdk.url_group.upsert_endpoints(url_group="team", endpoints=[{"url": f"{endpoint.url}/a"}])
+        sdk.message.publish_json(
+            url=f"{endpoint.url}/flow",
+            body={},
+            delay="2h",
+            flow_control=FlowControl(key="tenant-1", parallelism=1),
+        )
+        failed = sdk.message.publish_json(url=f"{endpoint.url}/fail", body={}, retries=0)
+        [attempt] = server.tick()
+        assert attempt.status == 500
+        server.trigger(f"{endpoint.url}/workflow", {"order": 7})
+        keys = sdk.signing_key.rotate()
+        server.advance("5m")  # the workflow's first step is delivered on the way
+        before = everything(server)
+        assert [e["message_id"] for e in before["dlq"]] == [failed.message_id]  # type: ignore[union-attr]
+        assert len(before["runs"]) == 1
+        assert len(before["schedules"]) == 1
+        server.stop()  # a clean stop: the last snapshot
+
+        server = serve(tmp_path)
+        assert server.token == token
+        assert server.env["QSTASH_CURRENT_SIGNING_KEY"] == keys.current  # the rotated ones
+        assert server.env["QSTASH_NEXT_SIGNING_KEY"] == keys.next
+        restored = "restored: 4 messages, 1 schedule, 1 DLQ entry, 1 workflow run"
+        assert restored in status_line(server)
+        assert everything(server) == before
+        sdk = QStash(token, base_url=server.url, retry=False)  # and as the SDK reads it
+        assert sdk.message.get(later.message_id).not_before == later_due  # type: ignore[union-attr]
+        assert [s.cron for s in sdk.schedule.list()] == ["0 0 1 1 *"]
+        assert sdk.queue.get("emails").parallelism == 2
+        assert [e.url for e in sdk.url_group.get("team").endpoints] == [f"{endpoint.url}/a"]
+        assert [m.message_id for m in sdk.dlq.list().messages] == [failed.message_id]  # type: ignore[union-attr]
+
+        # Changes after the restart: the last ones (if not all) in the journal only, which
+        # the restart after a kill -9 replays.
+        sdk.message.cancel(later.message_id)  # type: ignore[union-attr]
+        sdk.schedule.create(destination=f"{endpoint.url}/cron2", cron="0 0 1 2 *")
+        sdk.queue.upsert("emails", parallelism=3)
+        sdk.dlq.delete(before["dlq"][0]["dlq_id"])
+        server.advance("1m")  # nothing due: the clock alone moves
+        again = sdk.message.publish_json(url=f"{endpoint.url}/again", body={"n": 2}, delay="1d")
+        before = everything(server)
+        kill(server)
+
+        server = serve(tmp_path)
+        assert " replayed)" in status_line(server)
+        assert everything(server) == before
+        sdk = QStash(token, base_url=server.url, retry=False)
+        assert sdk.message.get(again.message_id).body == '{"n": 2}'  # type: ignore[union-attr]
+
+        # A reset forgets on disk too: what is left after a clean stop holds no old id.
+        server.reset()
+        server.stop()
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["lock", "snapshot.sqlite"]
+        db = sqlite3.connect(tmp_path / "snapshot.sqlite")
+        [(saved,)] = db.execute("SELECT state FROM snapshot").fetchall()
+        db.close()
+        assert token.encode() in saved
+        assert again.message_id.encode() not in saved  # type: ignore[union-attr]
+        assert before["messages"][0]["message_id"].encode() not in saved
+    finally:
+        server.stop()
+
+
+def test_kill_9_under_load_loses_nothing_acknowledged(tmp_path: Path, endpoint: Endpoint) -> None:
+    """Publishers and a ticker run while the server is killed twice: every message a
+    publish was answered 200 for is there after the restarts, with its body under its id,
+    and is delivered (at least once: what was delivered after the last snapshot again).
+    A third kill, once a snapshot has taken in the deliveries, redelivers none of them."""
+    server = serve(tmp_path)
+    port = int(server.url.rsplit(":", 1)[1])
+    acked: dict[str, int] = {}
+    stop = threading.Event()
+
+    def publish(first: int) -> None:
+        sdk = QStash(server.token, base_url=server.url, retry=False)
+        i = first
+        while not stop.is_set():
+            try:
+                result = sdk.message.publish_json(url=f"{endpoint.url}/load", body={"i": i})
+            except Exception:  # the server is down: try again, where it is now
+                time.sleep(0.05)
+                sdk = QStash(server.token, base_url=server.url, retry=False)
+                continue
+            acked[result.message_id] = i  # type: ignore[union-attr]
+            i += 1
+
+    def tick() -> None:
+        with httpx.Client(headers={"Authorization": f"Bearer {server.token}"}) as http:
+            while not stop.is_set():
+                with contextlib.suppress(httpx.HTTPError):
+                    http.post(f"{server.url}/_qstash/tick", timeout=10)
+                time.sleep(0.02)
+
+    load = [threading.Thread(target=publish, args=(n * 1_000_000,)) for n in range(2)]
+    load.append(threading.Thread(target=tick))
+    for thread in load:
+        thread.start()
+    try:
+        for _ in range(2):
+            wanted, deadline = len(acked) + 25, time.monotonic() + 20
+            while len(acked) < wanted and time.monotonic() < deadline:
+                time.sleep(0.01)
+            kill(server)
+            server = restart(tmp_path, port)
+        wanted, deadline = len(acked) + 20, time.monotonic() + 20
+        while len(acked) < wanted and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        for thread in load:
+            thread.join(timeout=20)
+    try:
+        assert len(acked) >= 70
+        server.drain()
+        stored = {m.message_id: m for m in server.messages}
+        lost = sorted(set(acked) - set(stored))
+        assert not lost, f"{len(lost)} acknowledged messages lost, e.g. {lost[:3]}"
+        assert all(stored[mid].json() == {"i": i} for mid, i in acked.items())
+        assert all(stored[mid].state == "DELIVERED" for mid in acked)
+        assert set(acked) <= endpoint.ids("/load")
+
+        # The snapshots taken while serving bound what a crash redelivers: once one has
+        # caught up with the deliveries, a kill -9 makes none of them again.
+        delivered = len(server.deliveries)
+        deadline = time.monotonic() + 10
+        while not snapshot_covers(tmp_path, "drain") and time.monotonic() < deadline:
+            time.sleep(0.05)  # the drain is journaled, until a snapshot takes it in
+        kill(server)
+        server = restart(tmp_path, port)
+        assert "0 journal entries replayed" in status_line(server)
+        assert server.tick() == []
+        assert len(server.deliveries) == delivered
+    finally:
+        server.stop()
+
+
+def test_on_a_real_clock_what_fell_due_while_down_goes_out_at_start(
+    tmp_path: Path, endpoint: Endpoint
+) -> None:
+    server = serve(tmp_path, clock="real")
+    try:
+        sdk = QStash(server.token, base_url=server.url, retry=False)
+        result = sdk.message.publish_json(url=f"{endpoint.url}/late", body={}, delay=1)
+        message_id = result.message_id  # type: ignore[union-attr]
+        due = server.messages.one(message_id=message_id).not_before
+        server.stop()
+        while time.time() < due.timestamp() + 0.2:
+            time.sleep(0.05)
+        assert message_id not in endpoint.ids("/late")
+
+        restarted = time.time()
+        server = serve(tmp_path, clock="real")
+        deadline = time.time() + 10
+        while message_id not in endpoint.ids("/late") and time.time() < deadline:
+            time.sleep(0.02)
+        [delivery] = server.deliveries.filter(message_id=message_id)
+        assert delivery.status == 200
+        assert delivery.at.timestamp() >= restarted > due.timestamp()  # late: once it started
+    finally:
+        server.stop()
+
+
+def test_the_status_line_says_where_the_state_lives(qstash_server: ServerProcess) -> None:
+    assert "state in memory, lost when the server stops" in status_line(qstash_server)
+
+
+def test_a_data_dir_of_another_clock_or_version_is_refused(tmp_path: Path) -> None:
+    settings = ServerSettings("token-1", "sig_a", "sig_b", clock="virtual")
+
+    async def write_one() -> None:
+        app = QStashServerApp(settings, DataDir(tmp_path))
+        app.startup()
+        app.persistence.started(app)
+        await app.shutdown()
+
+    asyncio.run(write_one())
+
+    with pytest.raises(PersistenceError, match="on a virtual clock: start it with --clock virtual"):
+        QStashServerApp(ServerSettings("t", "k1", "k2", clock="real"), DataDir(tmp_path))
+    token_given = DataDir(tmp_path, frozenset({"token"}))
+    with pytest.raises(PersistenceError, match="another token than the one given"):
+        QStashServerApp(ServerSettings("t", "k1", "k2", clock="virtual"), token_given)
+
+    db = sqlite3.connect(tmp_path / "snapshot.sqlite")
+    db.execute("UPDATE snapshot SET layout = 'someotherlayout', version = '0.0.1'")
+    db.commit()
+    db.close()
+    command = [sys.executable, "-m", "pytest_qstash", "serve", "--clock=virtual", "--port=0"]
+    done = subprocess.run(
+        [*command, "--data-dir", str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert "was written by pytest-qstash 0.0.1" in done.stderr
+    assert "cannot read it safely" in done.stderr
+
+
+def test_a_torn_journal_tail_loses_only_the_entry_it_tore(tmp_path: Path) -> None:
+    """What ``kill -9`` in the middle of a journal write leaves: the WAL's last frame cut
+    short. The journal is copied while the server still has it open (as a killed server
+    leaves it), its tail torn, and a server started on the copy."""
+    settings = ServerSettings("token-1", "sig_a", "sig_b", clock="virtual", start="2026-01-01")
+    auth = {"Authorization": "Bearer token-1"}
+
+    def publish(app: QStashServerApp, n: int) -> str:
+        request = httpx.Request(
+            "POST",
+            f"http://127.0.0.1:1/v2/publish/https://example.com/{n}",
+            headers=auth,
+            content=b"{}",
+        )
+        return str(json.loads(app._api(request).content)["messageId"])
+
+    async def crash_copy() -> list[str]:
+        app = QStashServerApp(settings, DataDir(tmp_path / "a"))
+        app.startup()
+        app.persistence.started(app)  # nothing awaited below: no snapshot is taken
+        ids = [publish(app, n) for n in range(5)]
+        shutil.copytree(tmp_path / "a", tmp_path / "b", ignore=shutil.ignore_patterns("lock"))
+        await app.shutdown()
+        return ids
+
+    ids = asyncio.run(crash_copy())
+    [wal] = (tmp_path / "b").glob("journal-*.sqlite-wal")
+    wal.write_bytes(wal.read_bytes()[:-7])
+
+    async def restart() -> list[str]:
+        app = QStashServerApp(settings, DataDir(tmp_path / "b"))
+        app.startup()
+        app.persistence.started(app)
+        restored = list(app.fake.store.messages)
+        await app.shutdown()
+        return restored
+
+    assert asyncio.run(restart()) == ids[:-1]
+
+
+def test_ids_come_out_the_same_though_deliveries_are_not_replayed(tmp_path: Path) -> None:
+    """A delivery draws an id (its signature's JWT id) and is not journaled: the replay puts
+    the id generator where it was before each request, so the publish after it gets the id
+    its client was answered with."""
+    settings = ServerSettings("token-1", "sig_a", "sig_b", clock="virtual", start="2026-01-01")
+    auth = {"Authorization": "Bearer token-1"}
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        nowhere = f"http://127.0.0.1:{unused.getsockname()[1]}"  # refused once closed
+
+    def publish(app: QStashServerApp, path: str) -> str:
+        request = httpx.Request(
+            "POST", f"http://127.0.0.1:1/v2/publish/{nowhere}/{path}", headers=auth, content=b"{}"
+        )
+        return str(json.loads(app._api(request).content)["messageId"])
+
+    async def crash_copy() -> list[str]:
+        app = QStashServerApp(settings, DataDir(tmp_path / "a"))
+        app.startup()
+        app.persistence.started(app)
+        ids = [publish(app, "first")]
+        tick = httpx.Request("POST", "http://127.0.0.1:1/_qstash/tick", headers=auth)
+        answer = await app._control(tick, "tick")
+        assert [d["error"] is not None for d in json.loads(answer.content)["deliveries"]] == [True]
+        ids.append(publish(app, "second"))
+        shutil.copytree(tmp_path / "a", tmp_path / "b", ignore=shutil.ignore_patterns("lock"))
+        await app.shutdown()
+        return ids
+
+    ids = asyncio.run(crash_copy())
+
+    async def restart() -> dict[str, str]:
+        app = QStashServerApp(settings, DataDir(tmp_path / "b"))
+        app.startup()
+        app.persistence.started(app)
+        restored = {m.message_id: m.url.rsplit("/", 1)[1] for m in app.fake.messages}
+        await app.shutdown()
+        return restored
+
+    assert asyncio.run(restart()) == {ids[0]: "first", ids[1]: "second"}
+
+
+def test_the_replay_moves_the_id_generator_both_ways(tmp_path: Path) -> None:
+    made = IdGenerator(7)
+    expected = [made.message_id(), made.jwt_id(), made.token(21), made.message_id()]
+    skipped = IdGenerator(7)
+    skipped.skip(made.drawn - 40)  # where the last message id began
+    assert skipped.message_id() == expected[-1]
+
+    data_dir = DataDir(tmp_path)
+    ids = IdGenerator(7)
+    data_dir._move_ids(ids, 0)  # first seen: where a rewind starts over from
+    [ids.message_id() for _ in range(3)]
+    data_dir._move_ids(ids, 40)  # a replayed request drew more than it first did: back
+    assert ids.jwt_id() == expected[1]
+    data_dir._move_ids(ids, made.drawn - 40)  # a delivery drew in between: forward
+    assert ids.message_id() == expected[-1]
+
+
+def test_without_fork_a_thread_writes_the_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where there is no fork (Windows), the state is pickled on the event loop and a thread
+    writes it; the journal it covers goes."""
+    monkeypatch.setattr(persistence, "FORK", False)
+    monkeypatch.setattr(persistence, "SNAPSHOT_EVERY_S", 0.0)  # one is due at once
+    settings = ServerSettings("token-1", "sig_a", "sig_b", clock="virtual", start="2026-01-01")
+    auth = {"Authorization": "Bearer token-1"}
+
+    async def serve_and_snapshot() -> list[str]:
+        app = QStashServerApp(settings, DataDir(tmp_path / "a"))
+        app.startup()
+        app.persistence.started(app)
+        for n in range(3):
+            request = httpx.Request(
+                "POST", f"http://127.0.0.1:1/v2/publish/https://example.com/{n}", headers=auth
+            )
+            app._api(request)
+        data_dir = app.persistence
+        assert isinstance(data_dir, DataDir)
+        data_dir._step(app)
+        assert data_dir._retiring is not None
+        data_dir._retiring.join(timeout=30)
+        shutil.copytree(tmp_path / "a", tmp_path / "b", ignore=shutil.ignore_patterns("lock"))
+        await app.shutdown()
+        return list(app.fake.store.messages)
+
+    ids = asyncio.run(serve_and_snapshot())
+    assert len(list((tmp_path / "b").glob("journal-*.sqlite"))) == 1  # the one opened after
+
+    async def restart() -> tuple[list[str], str]:
+        app = QStashServerApp(settings, DataDir(tmp_path / "b"))
+        app.startup()
+        app.persistence.started(app)
+        restored = list(app.fake.store.messages), app.persistence.describe(app)
+        await app.shutdown()
+        return restored
+
+    restored, described = asyncio.run(restart())
+    assert restored == ids
+    assert "3 messages" in described
+    assert "0 journal entries replayed" in described
