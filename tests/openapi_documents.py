@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 import yaml
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
@@ -249,6 +249,38 @@ class Document:
             f"{'/'.join(map(str, error.absolute_path)) or '(the body)'}: {error.message}"
             for error in sorted(validator.iter_errors(body), key=lambda e: list(e.absolute_path))
         ]
+
+    def absent(self, operation: str, response: httpx.Response) -> set[str]:
+        """The names of the documented properties that objects of ``response``'s JSON body
+        leave out: the documents require almost nothing, so a field missing from an answer
+        fails no schema."""
+        method, path = operation.split(" ", 1)
+        status = str(response.status_code)
+        pointer = _pointer(
+            "paths", path, method.lower(), "responses", status, "content", "application/json"
+        )
+        found: set[str] = set()
+        checker = _recording(found)(
+            {"$ref": f"{self._uri}#/{pointer}/schema"}, registry=self._registry
+        )
+        for _ in checker.iter_errors(response.json()):
+            pass  # problems() reports these; only the absent properties are wanted here
+        return found
+
+
+def _recording(found: set[str]) -> Any:
+    """A validator class that also records, in ``found``, each documented property an object
+    of the instance does not have."""
+    check_properties = Draft202012Validator.VALIDATORS["properties"]
+
+    def properties(validator: Any, documented: Doc, instance: Any, schema: Doc) -> Any:
+        yield from check_properties(validator, documented, instance, schema)
+        if validator.is_type(instance, "object"):
+            # The path of the object being checked is not known here: the caller names the
+            # answer, and the property names tell the rest.
+            found.update(name for name in documented if name not in instance)
+
+    return validators.extend(Draft202012Validator, {"properties": properties})
 
 
 def describe(response: httpx.Response) -> str:

@@ -639,6 +639,95 @@ def test_answer_is_shaped_as_documented(
         assert not problems, f"{describe(answer)}\n" + "\n".join(problems)
 
 
+# An answer about a resource that has every option set shows every field the document gives
+# it, but those named here, which such a resource cannot have.
+def full_message(w: World) -> Answers:
+    w.call(
+        "POST",
+        f"/v2/enqueue/billing/{w.group()}",
+        content=b"to the group",
+        headers={
+            "Upstash-Forward-X-Tenant": "acme",
+            "Upstash-Retries": "2",
+            "Upstash-Retry-Delay": "1000",
+            "Upstash-Callback": f"{APP}/callback",
+            "Upstash-Failure-Callback": f"{APP}/failed",
+            "Upstash-Label": "orders",
+            "Upstash-Flow-Control-Key": "orders",
+            "Upstash-Flow-Control-Value": "parallelism=2, rate=10, period=1m",
+        },
+    )
+    named = [m for m in w.qstash.messages if m.url == f"{APP}/warehouse"]
+    return [w.call("GET", f"/v2/messages/{named[0].message_id}")]
+
+
+def full_schedule(w: World) -> Answers:
+    schedule_id = w.client.schedule.create(
+        destination=f"{APP}/report",
+        cron="*/5 * * * *",
+        body="report",
+        headers={"X-Tenant": "acme"},
+        retries=1,
+        retry_delay="1000",
+        callback=f"{APP}/callback",
+        failure_callback=f"{APP}/failed",
+        delay="10s",
+        label="reports",
+        flow_control={"key": "reports", "parallelism": 1, "rate": 5, "period": 60},
+    )
+    w.qstash.advance("6m")
+    return [w.call("GET", f"/v2/schedules/{schedule_id}")]
+
+
+def full_dead_letter(w: World) -> Answers:
+    w.client.message.publish(
+        url_group=w.group(),
+        body="to the group",
+        headers={"X-Tenant": "acme"},
+        retries=0,
+        callback=f"{APP}/callback",
+        failure_callback=f"{APP}/failed",
+        label="orders",
+        flow_control={"key": "orders", "parallelism": 2, "rate": 10, "period": 60},
+    )
+    w.qstash.unmount(APP)
+    w.qstash.mount(APP, lambda request: httpx.Response(500, text="down"))
+    w.qstash.tick()
+    named = [e for e in w.qstash.dlq if e.url == f"{APP}/warehouse"]
+    return [w.call("GET", f"/v2/dlq/{named[0].dlq_id}")]
+
+
+FULL: dict[str, tuple[Call, frozenset[str]]] = {
+    # bodyBase64: the body is UTF-8; scheduleId: published, not fired by a schedule.
+    "GET /v2/messages/{messageId}": (full_message, frozenset({"bodyBase64", "scheduleId"})),
+    # queueName: a queued schedule shows it; it leaves out its flow-control key then.
+    "GET /v2/schedules/{scheduleId}": (full_schedule, frozenset({"queueName"})),
+    # a dead letter is no queued message: a queue delivers it again or not at all
+    "GET /v2/dlq/{dlqId}": (
+        full_dead_letter,
+        frozenset({"bodyBase64", "responseBodyBase64", "queueName", "scheduleId"}),
+    ),
+    "GET /v2/queues/{queueName}": (get_queue, frozenset()),
+    # name: one endpoint was added without a name
+    "GET /v2/topics/{urlGroupName}": (get_url_group, frozenset({"name"})),
+    "GET /v2/flowControl/{flowControlKey}": (get_flow_key, frozenset()),
+    "GET /v2/globalParallelism": (global_parallelism, frozenset()),
+    "GET /v2/keys": (get_keys, frozenset()),
+}
+
+
+@pytest.mark.qstash(start=START)
+@pytest.mark.parametrize("operation", FULL)
+def test_an_answer_shows_every_documented_field(
+    qstash: FakeQStash, client: QStash, operation: str
+) -> None:
+    call, cannot_apply = FULL[operation]
+    (answer,) = call(World(qstash, client))
+    spec = load("qstash")
+    assert not spec.problems(operation, answer), describe(answer)
+    assert spec.absent(operation, answer) <= cannot_apply, describe(answer)
+
+
 def test_every_erratum_is_listed_in_api_coverage() -> None:
     text = (DOCS / "api-coverage.md").read_text(encoding="utf-8")
     section = text.partition("## Errata in Upstash's OpenAPI documents")[2]
