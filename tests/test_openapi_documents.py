@@ -715,6 +715,71 @@ FULL: dict[str, tuple[Call, frozenset[str]]] = {
 }
 
 
+def full_runs(w: World) -> Answers:
+    w.finished_run()
+    w.failed_run()
+    return [w.call("GET", "/v2/workflows/logs")]
+
+
+#: Workflow runs: what a Python SDK run can have. Not for these runs: labels and flow control
+#: (run-wide settings), invoker and invoked runs, waits (the TypeScript SDK's), the response
+#: (the Python SDK sends none); cursor: one page. retries and nextDeliveryTime are a pending
+#: step's, dlqId and failureFunction a failed run's, shown in the other run.
+WORKFLOW_FULL: dict[str, tuple[Call, frozenset[str]]] = {
+    "GET /v2/workflows/logs": (
+        full_runs,
+        frozenset(
+            {
+                "cursor",
+                "label",
+                "labels",
+                "flowControlKey",
+                "invoker",
+                "workflowRunResponse",
+                "waitEventId",
+                "waitTimeout",
+                "invokedWorkflowRunId",
+                "invokedWorkflowUrl",
+                "retries",
+                "nextDeliveryTime",
+                "dlqId",
+                "failureFunction",
+                # call fields on the steps that are no calls, sleeps on the others
+                "callUrl",
+                "callMethod",
+                "callBody",
+                "callHeaders",
+                "callResponseStatus",
+                "callResponseBody",
+                "callResponseHeaders",
+            }
+        ),
+    ),
+}
+
+
+@pytest.mark.qstash(start=START)
+@pytest.mark.parametrize("operation", WORKFLOW_FULL)
+def test_a_workflow_answer_shows_every_documented_field(
+    qstash: FakeQStash, client: QStash, operation: str
+) -> None:
+    call, cannot_apply = WORKFLOW_FULL[operation]
+    (answer,) = call(World(qstash, client))
+    spec = load("workflow")
+    assert not spec.problems(operation, answer), describe(answer)
+    assert spec.absent(operation, answer) <= cannot_apply, describe(answer)
+    runs = answer.json()["runs"]
+    calls = [s for r in runs for g in r["steps"] for s in g["steps"] if s.get("stepType") == "Call"]
+    assert calls, runs
+    for step in calls:
+        assert {"callUrl", "callMethod", "callBody", "callHeaders"} <= set(step), step
+    (failed,) = [r for r in runs if r["workflowState"] == "RUN_FAILED"]
+    function = failed["failureFunction"]
+    assert {"failStatus", "failHeaders", "failResponse", "responseHeaders"} <= set(function)
+    assert function["failStatus"] == 500
+    assert json.loads(function["failResponse"])["message"] == "card declined"
+
+
 @pytest.mark.qstash(start=START)
 @pytest.mark.parametrize("operation", FULL)
 def test_an_answer_shows_every_documented_field(
