@@ -793,6 +793,68 @@ def test_an_answer_shows_every_documented_field(
     assert spec.absent(operation, answer) <= cannot_apply, describe(answer)
 
 
+# Refusals the documents give a status for: that status, with the documented error body.
+REFUSALS: list[tuple[str, str, str, dict[str, Any]]] = [
+    ("qstash", "POST /v2/publish/{destination}", "/v2/publish/ftp://app.test/x", {}),
+    (
+        "qstash",
+        "POST /v2/publish/{destination}",
+        f"/v2/publish/{APP}/x",
+        {"headers": {"Authorization": "Bearer not-the-token"}},
+    ),
+    ("qstash", "POST /v2/enqueue/{queueName}/{destination}", "/v2/enqueue/b/ftp://x", {}),
+    ("qstash", "POST /v2/batch", "/v2/batch", {"json": [{"body": "no destination"}]}),
+    ("qstash", "GET /v2/messages/{messageId}", "/v2/messages/msg_unknown", {}),
+    ("qstash", "DELETE /v2/messages/{messageId}", "/v2/messages/msg_unknown", {}),
+    ("qstash", "POST /v2/queues", "/v2/queues", {"json": {"queueName": "no spaces"}}),
+    ("qstash", "GET /v2/queues/{queueName}", "/v2/queues/unknown", {}),
+    ("qstash", "GET /v2/queues/{queueName}", "/v2/queues/no%20spaces", {}),
+    (
+        "qstash",
+        "POST /v2/schedules/{destination}",
+        f"/v2/schedules/{APP}/x",
+        {"headers": {"Upstash-Cron": "*/5 * * * *", "Upstash-Schedule-Id": "no spaces"}},
+    ),
+    ("qstash", "GET /v2/schedules/{scheduleId}", "/v2/schedules/scd_unknown", {}),
+    ("qstash", "GET /v2/topics/{urlGroupName}", "/v2/topics/unknown", {}),
+    ("qstash", "GET /v2/dlq/{dlqId}", "/v2/dlq/1-1", {}),
+    ("qstash", "DELETE /v2/dlq/{dlqId}", "/v2/dlq/1-1", {}),
+    ("qstash", "POST /v2/dlq/retry/{dlqId}", "/v2/dlq/retry/1-1", {}),
+    ("qstash", "GET /v2/flowControl/{flowControlKey}", "/v2/flowControl/unknown", {}),
+    (
+        "qstash",
+        "POST /v2/flowControl/{flowControlKey}/pin",
+        "/v2/flowControl/orders/pin",
+        {"params": {"parallelism": "0"}},
+    ),
+    ("workflow", "DELETE /v2/workflows/runs/{workflowRunId}", "/v2/workflows/runs/wfr_x", {}),
+    ("workflow", "GET /v2/workflows/logs", "/v2/workflows/logs", {"params": {"cursor": "x"}}),
+    ("workflow", "POST /v2/notify/{workflowRunId}/{eventId}", "/v2/notify/wfr_x/paid", {}),
+]
+
+
+@pytest.mark.qstash(start=START)
+@pytest.mark.parametrize(
+    ("document", "operation", "path", "request_options"),
+    REFUSALS,
+    ids=[f"{operation} {path}" for _, operation, path, _ in REFUSALS],
+)
+def test_a_refusal_is_shaped_as_documented(
+    qstash: FakeQStash,
+    client: QStash,
+    document: str,
+    operation: str,
+    path: str,
+    request_options: dict[str, Any],
+) -> None:
+    world = World(qstash, client)
+    answer = world.call(operation.split(" ", 1)[0], path, **request_options)
+    assert 400 <= answer.status_code < 500, describe(answer)
+    assert isinstance(answer.json().get("error"), str), describe(answer)
+    problems = load(document).problems(operation, answer)
+    assert not problems, f"{describe(answer)}\n" + "\n".join(problems)
+
+
 def test_every_erratum_is_listed_in_api_coverage() -> None:
     text = (DOCS / "api-coverage.md").read_text(encoding="utf-8")
     section = text.partition("## Errata in Upstash's OpenAPI documents")[2]
