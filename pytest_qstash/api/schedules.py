@@ -108,6 +108,7 @@ def schedule_json(store: Store, schedule: Schedule) -> dict[str, Any]:
         "queueName": schedule.queue,
         "retryDelayExpression": opts.retry_delay.text if opts.retry_delay else None,
         "label": opts.label,
+        "labels": [opts.label] if opts.label else None,  # as a message shows them
         "lastScheduleTime": schedule.last_ms,
         "error": schedule.error,
     }

@@ -7,6 +7,7 @@ a notify reaches nobody; it is answered exactly as QStash answers a notify nobod
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import httpx
@@ -19,6 +20,7 @@ from ._http import (
     ApiError,
     Filters,
     empty_response,
+    header_map,
     int_filter,
     json_response,
     query_filters,
@@ -196,6 +198,7 @@ def _run_json(run: WorkflowRun) -> dict[str, Any]:
     groups: list[dict[str, Any]] = []
     if run.messages:
         groups.append({"type": "sequential", "steps": [_initial_step_json(run.messages[0])]})
+    calls = _call_requests(run)
     for step in run.steps:
         info: dict[str, Any] = {
             "stepId": step.step_id,
@@ -213,6 +216,7 @@ def _run_json(run: WorkflowRun) -> dict[str, Any]:
         if step.sleep_until is not None:
             info["sleepUntil"] = step.sleep_until
         if step.type == "Call" and isinstance(step.out, dict):
+            info.update(_call_request_json(calls.pop(0) if calls else None))
             info["callResponseStatus"] = step.out.get("status")
             info["callResponseBody"] = step.out.get("body")
             info["callResponseHeaders"] = step.out.get("header")
@@ -238,6 +242,29 @@ def _initial_step_json(message: Message) -> dict[str, Any]:
     }
 
 
+def _call_requests(run: WorkflowRun) -> list[Message]:
+    """The requests the run's call steps sent to third parties, in order: the run's messages
+    that a callback reported on (a call step is the SDK's answer to that callback)."""
+    reported = {
+        m.callback_for
+        for m in run.messages
+        if m.callback_for is not None and not m.is_failure_callback
+    }
+    return [m for m in run.messages if m.message_id in reported]
+
+
+def _call_request_json(message: Message | None) -> dict[str, Any]:
+    """What a call step sent: ``callUrl``, ``callMethod``, ``callBody``, ``callHeaders``."""
+    if message is None:
+        return {}
+    return {
+        "callUrl": message.url,
+        "callMethod": message.method,
+        "callBody": message.body,
+        "callHeaders": header_map(message.headers),
+    }
+
+
 def _pending_json(message: Message) -> dict[str, Any]:
     return {
         "messageId": message.message_id,
@@ -259,8 +286,29 @@ def _failure_function_json(run: WorkflowRun) -> dict[str, Any]:
     }
     if run.dlq_id:
         out["dlqId"] = run.dlq_id
+    # The failed step's answer, as the failure callback carried it (status, headers, body).
+    try:
+        failed = message.json()
+    except ValueError:  # a failure URL the app publishes to may get any body
+        failed = None
+    if isinstance(failed, dict):
+        if isinstance(failed.get("status"), int):
+            out["failStatus"] = failed["status"]
+        if isinstance(failed.get("header"), dict):
+            out["failHeaders"] = failed["header"]
+        if isinstance(failed.get("body"), str):
+            out["failResponse"] = _decoded(failed["body"])
     last = message.last_delivery
     if last is not None and last.status is not None:
         out["responseStatus"] = last.status
         out["responseBody"] = last.response_body
+        out["responseHeaders"] = header_map(last.response_headers)
     return out
+
+
+def _decoded(body: str) -> str:
+    """A callback's base64 body as text (as given when it is not base64 of UTF-8)."""
+    try:
+        return base64.b64decode(body, validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return body
