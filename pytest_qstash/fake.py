@@ -9,6 +9,7 @@ import re
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from datetime import datetime, timezone
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -26,6 +27,7 @@ from .durations import Duration, parse_duration_ms
 from .errors import AsyncContextError, DeliveryLoopError
 from .intercept import DEFAULT_HOSTS, QStashRouter
 from .query import Found
+from .state import workflow_dlq
 from .state.account import Account
 from .state.clock import DueEvent, VirtualClock
 from .state.dedup import DEFAULT_DEDUP_WINDOW_MS
@@ -39,6 +41,7 @@ from .state.models import (
     Message,
     ms_to_datetime,
 )
+from .state.options import InvalidOption
 from .state.plans import DEFAULT_PLAN, plan_named
 from .state.queues import Queue
 from .state.retry import DEFAULT_RETRIES
@@ -46,6 +49,7 @@ from .state.schedules import Schedule
 from .state.store import Store
 from .state.trigger import trigger_run
 from .state.url_groups import UrlGroup
+from .state.workflow_dlq import WorkflowDlqEntry
 from .state.workflows import WorkflowRun
 
 #: How many API calls ``qstash.api_calls`` keeps (the newest).
@@ -578,6 +582,55 @@ class FakeQStash:
         """Upstash Workflow runs, in the order they started."""
         return Found(self.store.workflows.runs.values(), "workflow run")
 
+    @property
+    def workflow_dlq(self) -> Found[WorkflowDlqEntry]:
+        """The workflow DLQ: the runs that failed, by the DLQ entry of the message that
+        failed each (what ``GET /v2/workflows/dlq`` lists), in the order they failed. Each
+        entry is in ``qstash.dlq`` too."""
+        found = list(workflow_dlq.entries(self.store))
+        self._dlq_read.update(item.dlq_id for item in found)
+        return Found(found, "workflow DLQ entry")
+
+    def resume_run(
+        self, dlq_id: str, *, retries: int | None = None, headers: dict[str, str] | None = None
+    ) -> WorkflowRun:
+        """What ``POST /v2/workflows/dlq/resume/{dlq_id}`` does: a new run (a new run id)
+        that goes on from the step that failed, the steps that succeeded kept. ``retries``
+        and ``headers`` (``Upstash-*`` overrides: ``Upstash-Retry-Delay``, ``Upstash-Label``,
+        ``Upstash-Flow-Control-Key``, ...) replace the run's settings. Its first delivery is
+        due now."""
+        return self._continue_run(workflow_dlq.resume, dlq_id, retries, headers)
+
+    def restart_run(
+        self, dlq_id: str, *, retries: int | None = None, headers: dict[str, str] | None = None
+    ) -> WorkflowRun:
+        """What ``POST /v2/workflows/dlq/restart/{dlq_id}`` does: a new run from the start,
+        with the failed run's initial payload and headers."""
+        return self._continue_run(workflow_dlq.restart, dlq_id, retries, headers)
+
+    def retry_failure_function(self, dlq_id: str) -> WorkflowRun:
+        """What ``POST /v2/workflows/dlq/callback/{dlq_id}`` does: call the failed run's
+        failure function (or failure URL) again, once its call has failed
+        (``failure_function_state == "CALLBACK_FAIL"``; a ``ValueError`` otherwise)."""
+        return workflow_dlq.retry_failure_function(self.store, _dlq_id(dlq_id))
+
+    def _continue_run(
+        self,
+        action: Callable[..., WorkflowRun],
+        dlq_id: str,
+        retries: int | None,
+        headers: dict[str, str] | None,
+    ) -> WorkflowRun:
+        overrides = dict(headers or {})
+        if retries is not None:
+            if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+                raise ValueError(f"invalid retries {retries!r}: expected an int >= 0")
+            overrides["Upstash-Retries"] = str(retries)
+        try:
+            return action(self.store, _dlq_id(dlq_id), overrides)
+        except InvalidOption as exc:
+            raise ValueError(str(exc)) from None
+
     # -- the outside world ------------------------------------------------------------------
     def trigger(
         self,
@@ -644,6 +697,12 @@ class FakeQStash:
             f"pending={pending} deliveries={len(self._dispatcher.deliveries)} "
             f"dlq={len(self.store.dlq)}>"
         )
+
+
+def _dlq_id(dlq_id: object) -> str:
+    if not isinstance(dlq_id, str) or not dlq_id:
+        raise ValueError(f"invalid DLQ id {dlq_id!r}: expected the dlq_id of a DLQ entry")
+    return dlq_id
 
 
 def _made(deliveries: list[Delivery]) -> Found[Delivery]:

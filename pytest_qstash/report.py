@@ -84,6 +84,8 @@ def timeline(
         failed = _failing_step(store, run, (failed_steps or {}).get(run.run_id))
         at = f" at {failed[1]} (shown first, above)" if failed and run.state == "RUN_FAILED" else ""
         lines.append(f"  workflow run {run.run_id} at {run.url} {run.state}{at}; steps: {steps}")
+        for refusal in run.refused:
+            lines.append(f"    a step publish of this run was refused: {refusal}")
         if run.state == "RUN_STARTED" and _stalled_at_a_plain_endpoint(run.messages):
             lines.append(
                 "    stalled: the last delivery was answered 2xx without "

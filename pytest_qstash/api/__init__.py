@@ -27,6 +27,8 @@ from . import (
     queues,
     schedules,
     url_groups,
+    workflow_dlq,
+    workflow_runs,
     workflows,
 )
 from ._http import ApiError, error_response
@@ -87,6 +89,23 @@ _TABLE: list[tuple[str, str, Handler]] = [
     ("GET", r"/v2/schedules/(?P<schedule_id>[^/]+)", schedules.get_schedule),
     ("DELETE", r"/v2/schedules/(?P<schedule_id>[^/]+)", schedules.delete_schedule),
     ("POST", r"/v2/schedules/(?P<destination>.+)", schedules.create_schedule),
+    # The workflow DLQ: the action routes before the per-id ones ("resume" reads as an id).
+    ("GET", r"/v2/workflows/dlq/?", workflow_dlq.list_entries),
+    ("DELETE", r"/v2/workflows/dlq/?", workflow_dlq.delete_entries),
+    ("POST", r"/v2/workflows/dlq/resume/?", workflow_dlq.resume_many),
+    ("POST", r"/v2/workflows/dlq/resume/(?P<dlq_id>[^/]+)", workflow_dlq.resume_one),
+    ("POST", r"/v2/workflows/dlq/restart/?", workflow_dlq.restart_many),
+    ("POST", r"/v2/workflows/dlq/restart/(?P<dlq_id>[^/]+)", workflow_dlq.restart_one),
+    ("POST", r"/v2/workflows/dlq/callback/(?P<dlq_id>[^/]+)", workflow_dlq.retry_callback),
+    (
+        "DELETE",
+        r"/v2/workflows/dlq/callback/(?P<dlq_id>[^/]+)",
+        workflow_dlq.cancel_callback,
+    ),
+    ("GET", r"/v2/workflows/dlq/(?P<dlq_id>[^/]+)", workflow_dlq.get_entry),
+    ("DELETE", r"/v2/workflows/dlq/(?P<dlq_id>[^/]+)", workflow_dlq.delete_entry),
+    ("POST", r"/v2/trigger/(?P<destination>.+)", workflow_runs.trigger),
+    ("POST", r"/v2/batch/trigger/?", workflow_runs.batch_trigger),
     ("DELETE", r"/v2/workflows/runs/(?P<run_id>[^/]+)", workflows.end_run),
     ("DELETE", r"/v2/workflows/runs/?", workflows.cancel_runs),
     ("GET", r"/v2/workflows/runs/(?P<run_id>[^/]+)", workflows.get_run_steps),
@@ -99,9 +118,7 @@ _ROUTES = [(method, re.compile(pattern), handler) for method, pattern, handler i
 
 #: QStash resources this fake does not serve yet: answered 501 with the endpoint named.
 _NOT_YET = (
-    "/v2/workflows",  # the workflow DLQ (resume, restart, callback) and webhooks
-    "/v2/trigger",
-    "/v2/batch/trigger",
+    "/v2/workflows/hooks",  # webhooks
     "/v2/wait",
 )
 
@@ -127,6 +144,7 @@ def handle(
         response.headers.update(exc.headers)
     if not 200 <= response.status_code < 300:
         _record_rejection(store, request, response)
+        workflows.note_refused_step(store, request, response)
     return response
 
 
@@ -180,10 +198,10 @@ def _route(method: str, path: str, query: str, endpoint: str) -> tuple[Handler, 
         if "destination" in params:
             params["destination"] = _destination(params["destination"], query)
         return handler, params
+    if path_matched:  # a served path, the wrong method: 405, as for every resource
+        raise ApiError(405, f"{endpoint}: method not allowed")
     if path.startswith(_NOT_YET):
         raise ApiError(501, f"{endpoint} is not implemented by pytest-qstash yet")
-    if path_matched:
-        raise ApiError(405, f"{endpoint}: method not allowed")
     raise ApiError(404, f"{endpoint} is not a QStash endpoint")
 
 

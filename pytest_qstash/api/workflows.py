@@ -7,14 +7,15 @@ a notify reaches nobody; it is answered exactly as QStash answers a notify nobod
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
 
 from ..state.models import Message
-from ..state.options import MessageOptions
+from ..state.options import MessageOptions, header_lists
 from ..state.store import Store
-from ..state.workflows import NOT_FOUND, STEP, WorkflowRun
+from ..state.workflows import NOT_FOUND, STEP, WorkflowRun, WorkflowStep
 from ._http import (
     ApiError,
     Filters,
@@ -43,15 +44,41 @@ def refuse_ended_run(store: Store, opts: MessageOptions) -> None:
         raise ApiError(400, f"workflow run {run_id} is not active (state {run.state})")
 
 
+def note_refused_step(store: Store, request: httpx.Request, response: httpx.Response) -> None:
+    """A publish for an active run answered 400 (an invalid option, say): the run cannot go
+    on, as the SDK reads the answer as a cancel. End it, and keep why for the report."""
+    if response.status_code != 400 or request.method != "POST":
+        return
+    run_id = request.headers.get("upstash-workflow-runid", "").strip()
+    if not run_id or request.headers.get("upstash-workflow-init", "").lower() == "true":
+        return
+    run = store.workflows.get(run_id)
+    if run is None or not run.active:
+        return
+    path = request.url.raw_path.decode("ascii").partition("?")[0]
+    try:
+        error = str(response.json()["error"])
+    except (ValueError, KeyError, TypeError):
+        error = response.text
+    reason = f"POST {path} answered 400: {error}"
+    for message in store.workflows.refuse_step(run, reason, store.clock.now_ms):
+        store.cancel(message)
+
+
 # -- endpoints ------------------------------------------------------------------------------
 def end_run(store: Store, request: httpx.Request, run_id: str) -> httpx.Response:
     """``DELETE /v2/workflows/runs/{id}?cancel=false`` is the SDK reporting that the route
     function returned; without ``cancel=false`` (Upstash's "Cancel Workflow Run", what a test
     or an app sends by hand) it cancels the run and what it still owes."""
     run = store.workflows.get(run_id)
+    cancel = request.url.params.get("cancel", "true").lower() != "false"
+    if run is not None and not run.active and not cancel:
+        # The SDK reports the route's end again (a retried delivery, a run that a failure
+        # or a cancel ended first): the run stays as it ended, and the SDK gets no error.
+        return empty_response(200)
     if run is None or not run.active:
         raise ApiError(404, NOT_FOUND)
-    if request.url.params.get("cancel", "true").lower() != "false":
+    if cancel:
         _cancel(store, run)
     else:
         text = request.content.decode("utf-8", errors="replace")
@@ -59,13 +86,32 @@ def end_run(store: Store, request: httpx.Request, run_id: str) -> httpx.Response
     return empty_response(200)
 
 
-_CANCEL_FILTERS = ("workflowRunIds", "workflowUrl", "workflowUrlExactMatch", "fromDate", "toDate")
+_CANCEL_FILTERS = (
+    "workflowRunIds",
+    "workflowUrl",
+    "workflowUrlExactMatch",
+    "fromDate",
+    "toDate",
+    "callerIp",
+    "label",
+    "flowControlKey",
+    "count",
+    # Older clients: `urlStartingWith` (a prefix of the workflow URL), `all` (every run).
+    "urlStartingWith",
+    "all",
+)
+#: Runs a bulk cancel cancels at most, by default (the document's `count`).
+CANCEL_COUNT = 100
 
 
 def cancel_runs(store: Store, request: httpx.Request) -> httpx.Response:
     """``DELETE /v2/workflows/runs``: cancel the runs named, or those matching the filters
     (every active run when there are none); answers how many were cancelled."""
     filters = query_filters(request, _CANCEL_FILTERS, "workflow run")
+    limit = int_filter(filters, "count", minimum=1) or CANCEL_COUNT
+    filters.pop("all", None)  # every run: the same as no filter
+    if "urlStartingWith" in filters:
+        filters.setdefault("workflowUrl", []).extend(filters.pop("urlStartingWith"))
     ids = filters.get("workflowRunIds")
     if ids:
         targets = [run for run_id in ids if (run := store.workflows.get(run_id)) is not None]
@@ -74,7 +120,7 @@ def cancel_runs(store: Store, request: httpx.Request) -> httpx.Response:
         targets = [run for run in store.workflows if _matches(run, filters, exact)]
     cancelled = 0
     for run in dict.fromkeys(targets):  # a run named twice is cancelled once
-        if run.active:
+        if run.active and cancelled < limit:
             _cancel(store, run)
             cancelled += 1
     return json_response({"cancelled": cancelled})
@@ -104,6 +150,7 @@ _LOG_FILTERS = (
     "label",
     "flowControlKey",
     "callerIp",
+    "workflowRuns",
 )
 
 
@@ -113,7 +160,11 @@ def list_logs(store: Store, request: httpx.Request) -> httpx.Response:
     filters = query_filters(request, _LOG_FILTERS, "workflow log")
     count = min(int_filter(filters, "count", minimum=1) or LOGS_PAGE, LOGS_PAGE)
     start = int_filter(filters, "cursor") or 0
-    runs = [run for run in store.workflows if _matches(run, filters, exact=True)]
+    pairs = _run_pairs(filters)
+    if pairs is not None:  # `ID@createdAt,...`: those runs, whatever the other filters say
+        runs = [run for run in store.workflows if (run.run_id, str(run.created_ms)) in pairs]
+    else:
+        runs = [run for run in store.workflows if _matches(run, filters, exact=True)]
     runs.sort(key=lambda run: run.created_ms, reverse=True)  # stable: same ms, newest last
     page = runs[start : start + count]
     out: dict[str, Any] = {"runs": [_run_json(run) for run in page]}
@@ -170,8 +221,33 @@ def _matches(run: WorkflowRun, filters: Filters, exact: bool) -> bool:
     ids = filters.get("messageId")
     if ids and not any(m.message_id in ids for m in run.messages):
         return False
-    # Python SDK runs have no labels or flow-control keys: such a filter matches none.
-    return not ("label" in filters or "flowControlKey" in filters)
+    labels = filters.get("label")
+    if labels and not set(labels) & set(run.labels):
+        return False
+    keys = filters.get("flowControlKey")
+    if keys and run.flow_control_key not in keys:
+        return False
+    ips = filters.get("callerIp")
+    return not (ips and (run.messages[0].caller_ip if run.messages else "") not in ips)
+
+
+def _run_pairs(filters: Filters) -> set[tuple[str, str]] | None:
+    values = filters.get("workflowRuns")
+    if not values:
+        return None
+    pairs: set[tuple[str, str]] = set()
+    for value in values:
+        if "," in value:
+            continue  # the whole of a comma-joined value; its parts follow it
+        run_id, at, created = value.partition("@")
+        if not at or not run_id or not created.isdigit():
+            raise ApiError(
+                400,
+                f"invalid workflowRuns {value!r}: expected workflowRunId@workflowCreatedAt "
+                "pairs, comma separated",
+            )
+        pairs.add((run_id, created))
+    return pairs
 
 
 def _run_json(run: WorkflowRun) -> dict[str, Any]:
@@ -184,6 +260,10 @@ def _run_json(run: WorkflowRun) -> dict[str, Any]:
         "workflowCreatedAt": run.created_ms,
         "workflowRunCallerIp": run.messages[0].caller_ip if run.messages else "127.0.0.1",
     }
+    if run.labels:
+        out["label"], out["labels"] = run.labels[0], list(run.labels)
+    if run.flow_control_key:
+        out["flowControlKey"] = run.flow_control_key
     if run.completed_ms is not None:
         out["workflowRunCompletedAt"] = run.completed_ms
     if run.response:
@@ -196,32 +276,44 @@ def _run_json(run: WorkflowRun) -> dict[str, Any]:
     groups: list[dict[str, Any]] = []
     if run.messages:
         groups.append({"type": "sequential", "steps": [_initial_step_json(run.messages[0])]})
-    for step in run.steps:
-        info: dict[str, Any] = {
-            "stepId": step.step_id,
-            "stepName": step.name,
-            "stepType": step.type,
-            "callType": STEP,
-            "messageId": step.message_id,
-            "out": step.raw.get("out"),
-            "concurrent": step.concurrent,
-            "state": "STEP_SUCCESS",
-            "createdAt": step.message.created_ms,
-        }
-        if step.sleep_for is not None:
-            info["sleepFor"] = step.sleep_for
-        if step.sleep_until is not None:
-            info["sleepUntil"] = step.sleep_until
-        if step.type == "Call" and isinstance(step.out, dict):
-            info["callResponseStatus"] = step.out.get("status")
-            info["callResponseBody"] = step.out.get("body")
-            info["callResponseHeaders"] = step.out.get("header")
-        groups.append({"type": "sequential", "steps": [info]})
+    for group in run.step_groups:
+        groups.append({"type": group.type, "steps": [_step_json(step) for step in group.steps]})
     pending = [_pending_json(m) for m in run.messages if not m.done]
     if pending and run.active:
         groups.append({"type": "next", "steps": pending})
     out["steps"] = groups
     return out
+
+
+def _step_json(step: WorkflowStep) -> dict[str, Any]:
+    out = step.raw.get("out")
+    message = step.message
+    info: dict[str, Any] = {
+        "stepId": step.target_step,
+        "stepName": step.name,
+        "stepType": step.type,
+        "callType": STEP,
+        "messageId": step.message_id,
+        # Documented as a string: a sleep (which has no result) shows an empty one.
+        "out": out if isinstance(out, str) else ("" if out is None else json.dumps(out)),
+        "concurrent": step.concurrent,
+        # A plan step stands for a parallel step that has not finished yet.
+        "state": "STEP_PROGRESS" if step.is_plan else "STEP_SUCCESS",
+        "createdAt": message.created_ms,
+        "headers": header_lists(message.headers),
+        "retries": message.max_retries,
+    }
+    if message.retry_delay is not None:
+        info["retryDelay"] = message.retry_delay
+    if step.sleep_for is not None:
+        info["sleepFor"] = step.sleep_for
+    if step.sleep_until is not None:
+        info["sleepUntil"] = step.sleep_until
+    if step.type == "Call" and isinstance(step.out, dict):
+        info["callResponseStatus"] = step.out.get("status")
+        info["callResponseBody"] = step.out.get("body")
+        info["callResponseHeaders"] = step.out.get("header")
+    return info
 
 
 def _initial_step_json(message: Message) -> dict[str, Any]:

@@ -35,6 +35,13 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+def split_labels(label: str | None) -> tuple[str, ...]:
+    """``Upstash-Label`` as the labels it names: ``"a,b"`` is the labels ``a`` and ``b``."""
+    if not label:
+        return ()
+    return tuple(dict.fromkeys(part.strip() for part in label.split(",") if part.strip()))
+
+
 @dataclass(eq=False, slots=True)
 class FlowControl:
     key: str
@@ -172,6 +179,11 @@ class Message:
     def content_type(self) -> str | None:
         value: str | None = self.headers.get("content-type")
         return value
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The labels ``label`` names (``Upstash-Label: a,b`` is ``("a", "b")``)."""
+        return split_labels(self.label)
 
     @property
     def last_delivery(self) -> Delivery | None:

@@ -131,6 +131,8 @@ class Store:
         max_retries: int | None = None,
     ) -> Message:
         now = self.clock.now_ms
+        if opts.workflow_headers:
+            self.workflows.inherit(opts)  # a later step takes its run's trigger settings
         if opts.not_before_ms is not None:
             not_before = opts.not_before_ms
         else:
@@ -177,7 +179,9 @@ class Store:
         self._log(message, "CREATED", next_delivery_ms=not_before if not_before > now else None)
         self._plan_delivery(message, not_before)
         # Upstash Workflow: the one place a message joins its run (or starts one).
-        if opts.workflow_headers and not self.workflows.track(message, opts.workflow_headers, now):
+        if opts.workflow_headers and not self.workflows.track(
+            message, opts.workflow_headers, now, opts
+        ):
             self.cancel(message)  # for a run that has ended: never delivered
         return message
 
