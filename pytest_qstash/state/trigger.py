@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Literal
 
 import httpx
@@ -72,6 +73,7 @@ def trigger_run(
     )
     if retries is not None:
         publish["Upstash-Retries"] = str(retries)
+    implicit_failure_url = failure_url is None
     if failure_url is None:
         failure_url = url
     if failure_url:
@@ -94,6 +96,12 @@ def trigger_run(
     except InvalidOption as exc:
         raise ValueError(str(exc)) from None
     store.publish(url, content, opts)
+    run = store.workflows.get(run_id)
+    if run is not None and implicit_failure_url:
+        # The default failure URL (the workflow URL) is for the first delivery only: a
+        # Python serve() without a failure_function cannot answer a failure callback, and
+        # one with it sends its own with every step.
+        run.settings = replace(run.settings, failure_callback=None, failure_callback_headers=None)
     return run_id
 
 
