@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import json
 import math
 import re
 import sys
@@ -18,6 +19,7 @@ import httpx
 
 from . import api, sslcache
 from .api.faults import Fault, FaultTable
+from .api.waiters import notify_answer
 from .appclock import AppClock, NoAppClock, make_app_clock
 from .delivery.dispatcher import Dispatcher, DispatchSettings
 from .delivery.handler_time import HandlerDuration, HandlerTimes
@@ -27,6 +29,7 @@ from .durations import Duration, parse_duration_ms
 from .errors import AsyncContextError, DeliveryLoopError
 from .intercept import DEFAULT_HOSTS, QStashRouter
 from .query import Found
+from .state import waiters as waits
 from .state import workflow_dlq
 from .state.account import Account
 from .state.clock import DueEvent, VirtualClock
@@ -39,6 +42,7 @@ from .state.models import (
     DlqEntry,
     Event,
     Message,
+    Waiter,
     ms_to_datetime,
 )
 from .state.options import InvalidOption
@@ -494,8 +498,8 @@ class FakeQStash:
     def _scheduled_work(self, event: DueEvent) -> bool:
         """A cron firing, or a delivery a firing led to (its message, a follow-up its handler
         published, their retries and callbacks): what never lets a schedule be idle."""
-        if event.kind == "cron":
-            return True
+        if event.kind in ("cron", "wait"):
+            return True  # a wait's timeout neither: a drain stops where the run waits
         message = self.store.messages.get(event.target) if event.kind != "flow" else None
         return message is not None and message.from_schedule
 
@@ -663,14 +667,46 @@ class FakeQStash:
             failure_url=failure_url,
         )
 
-    def notify(self, event_id: str, data: Any = None) -> list[dict[str, Any]]:
-        """What ``POST /v2/notify/{event_id}`` does: returns one answer per run waiting for
-        the event. Only TypeScript SDK runs can wait (the Python SDK has no
-        ``wait_for_event``), and waits are not served here, so this is always ``[]``: the
-        event is lost, as QStash loses an event nobody waits for."""
-        if not isinstance(event_id, str) or not event_id:
-            raise ValueError(f"invalid event id {event_id!r}: expected a non-empty string")
-        return []
+    def notify(
+        self, event_id: str, data: Any = None, *, run_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """What ``POST /v2/notify/{event_id}`` does: every run waiting for the event (a
+        TypeScript SDK ``context.waitForEvent``) resumes with ``data`` as the event's data;
+        the event is lost when none waits. With ``run_id``, what ``POST
+        /v2/notify/{run_id}/{event_id}`` does: that run resumes if it waits for the event,
+        else the event is kept for its next wait of it.
+
+        ``data``: ``str``/``bytes`` as is, anything else as JSON. Returns the API's answers
+        (``NotifyResponse``), one per run reached; the resumed steps are due now (``tick()``
+        delivers them). ``ValueError`` for an empty id, or a ``run_id`` that names no run in
+        progress."""
+        for name, value in (("event id", event_id), ("run id", run_id)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ValueError(f"invalid {name} {value!r}: expected a non-empty string")
+        if data is None:
+            content = b""
+        elif isinstance(data, bytes):
+            content = data
+        elif isinstance(data, str):
+            content = data.encode()
+        else:
+            content = json.dumps(data).encode()
+        try:
+            reached = waits.notify(self.store, event_id, content, run_id=run_id)
+        except KeyError:
+            runs = ", ".join(r.run_id for r in self.store.workflows if r.active) or "none"
+            raise ValueError(
+                f"cannot notify run {run_id!r}: it is not a workflow run in progress "
+                f"(runs in progress: {runs})"
+            ) from None
+        return [notify_answer(*item) for item in reached]
+
+    @property
+    def waiters(self) -> Found[Waiter]:
+        """The workflow runs waiting for an event (``context.waitForEvent``, a webhook's
+        ``waitForWebhook``), oldest first: ``event_id``, ``run_id``, ``step_name``,
+        ``deadline``."""
+        return Found(self.store.waiters, "waiter")
 
     @property
     def token(self) -> str:

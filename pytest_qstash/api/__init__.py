@@ -27,6 +27,7 @@ from . import (
     queues,
     schedules,
     url_groups,
+    waiters,
     workflow_dlq,
     workflow_runs,
     workflows,
@@ -110,17 +111,24 @@ _TABLE: list[tuple[str, str, Handler]] = [
     ("DELETE", r"/v2/workflows/runs/?", workflows.cancel_runs),
     ("GET", r"/v2/workflows/runs/(?P<run_id>[^/]+)", workflows.get_run_steps),
     ("GET", r"/v2/workflows/(?:logs|events)/?", workflows.list_logs),
-    ("POST", r"/v2/notify/(?P<run_id>[^/]+)/(?P<event_id>[^/]+)", workflows.notify_run),
-    ("POST", r"/v2/notify/(?P<event_id>[^/]+)", workflows.notify_event),
-    ("GET", r"/v2/waiters/(?P<event_id>[^/]+)", workflows.list_waiters),
+    ("POST", r"/v2/wait/(?P<event_id>[^/]+)", waiters.wait),
+    ("POST", r"/v2/notify/(?P<run_id>[^/]+)/(?P<event_id>[^/]+)", waiters.notify_run),
+    ("POST", r"/v2/notify/(?P<event_id>[^/]+)", waiters.notify_event),
+    ("GET", r"/v2/waiters/(?P<event_id>[^/]+)", waiters.list_waiters),
+    # A webhook (context.createWebhook) takes any method, and no token (see _authenticate).
+    *[
+        (
+            method,
+            r"/v2/workflows/hooks/(?P<user_id>[^/]+)/(?P<run_id>[^/]+)/(?P<event_id>[^/]+)",
+            waiters.webhook,
+        )
+        for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+    ],
 ]
 _ROUTES = [(method, re.compile(pattern), handler) for method, pattern, handler in _TABLE]
 
 #: QStash resources this fake does not serve yet: answered 501 with the endpoint named.
-_NOT_YET = (
-    "/v2/workflows/hooks",  # webhooks
-    "/v2/wait",
-)
+_NOT_YET: tuple[str, ...] = ()
 
 
 def handle(
@@ -136,7 +144,8 @@ def handle(
     path, _, query = request.url.raw_path.decode("ascii").partition("?")
     endpoint = f"{request.method} {path}"
     try:
-        _authenticate(store, request)
+        if not path.startswith(waiters.WEBHOOK_PREFIX):  # called by third parties
+            _authenticate(store, request)
         handler, params = _route(request.method, path, query, endpoint)
         response = handler(store, request, **params)
     except ApiError as exc:

@@ -1,8 +1,6 @@
-"""Upstash Workflow endpoints: ending and cancelling runs, the run logs, notify, waiters.
+"""Upstash Workflow endpoints: ending and cancelling runs, the run logs.
 
-Waits (``POST /v2/wait/{eventId}``) are not served: only the TypeScript SDK waits, the
-Python SDK (upstash-workflow 2.0.0) has no ``wait_for_event``. So no run ever waits here, and
-a notify reaches nobody; it is answered exactly as QStash answers a notify nobody waits for.
+Waits, notifies and webhooks are in ``waiters.py``.
 """
 
 from __future__ import annotations
@@ -173,28 +171,6 @@ def list_logs(store: Store, request: httpx.Request) -> httpx.Response:
     return json_response(out)
 
 
-def notify_event(store: Store, request: httpx.Request, event_id: str) -> httpx.Response:
-    # One answer per run waiting for the event. No run waits here (see the module
-    # docstring): the event reaches nobody and is lost, as QStash loses an event nobody
-    # waits for.
-    return json_response([], 201)
-
-
-def notify_run(store: Store, request: httpx.Request, run_id: str, event_id: str) -> httpx.Response:
-    """``POST /v2/notify/{runId}/{eventId}``: with no waiter active, QStash saves the event
-    for the run, for a later wait of that run; no run waits here, so nothing is kept."""
-    run = store.workflows.get(run_id)
-    if run is None or not run.active:
-        raise ApiError(400, "Invalid workflow run ID or event ID")
-    return json_response(
-        {"workflowRunId": run.run_id, "workflowCreatedAt": run.created_ms, "error": ""}, 201
-    )
-
-
-def list_waiters(store: Store, request: httpx.Request, event_id: str) -> httpx.Response:
-    return json_response([])  # no run waits: waits are not served
-
-
 # -- internals ------------------------------------------------------------------------------
 def _cancel(store: Store, run: WorkflowRun) -> None:
     for message in store.workflows.cancel(run, store.clock.now_ms):
@@ -270,6 +246,12 @@ def _run_json(run: WorkflowRun) -> dict[str, Any]:
         out["workflowRunResponse"] = run.response
     if run.dlq_id:
         out["dlqId"] = run.dlq_id
+    if run.invoker is not None:
+        out["invoker"] = {
+            "workflowRunId": run.invoker.run_id,
+            "workflowUrl": run.invoker.url,
+            "workflowRunCreatedAt": run.invoker.created_ms,
+        }
     failure = _failure_function_json(run)
     if failure:
         out["failureFunction"] = failure

@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from .apps import AppProcess
 from .client import Client, ServerError
+from .node import NodeApp, NodeUnavailable, install_node_packages
 from .process import ServerProcess
 from .records import Record
 
-__all__ = ["AppProcess", "Client", "Record", "ServerError", "ServerProcess"]
+__all__ = [
+    "AppProcess",
+    "Client",
+    "NodeApp",
+    "NodeUnavailable",
+    "Record",
+    "ServerError",
+    "ServerProcess",
+    "install_node_packages",
+]

@@ -15,11 +15,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from .invocations import Invoker
 from .models import DlqEntry, Message, ms_to_datetime
 from .options import MessageOptions
 from .run_settings import RunSettings
@@ -153,6 +154,8 @@ class WorkflowRun:
     #: What the app sent with ``DELETE .../runs/{id}?cancel=false`` (the TypeScript SDK sends
     #: the route's result; Python sends nothing).
     response: str | None = None
+    #: The run whose ``context.invoke`` started this one (TypeScript SDK), if any.
+    invoker: Invoker | None = None
     _members: list[_RunMessage] = field(default_factory=list, repr=False)
     #: What the trigger set for the whole run (retries, failure URL, labels, ...).
     settings: RunSettings = field(default_factory=RunSettings, repr=False)
@@ -300,6 +303,13 @@ class WorkflowRuns:
         self.runs: dict[str, WorkflowRun] = {}
         #: message id -> (its run, its position in the run)
         self._members: dict[str, tuple[WorkflowRun, int]] = {}
+        #: Told of every run that ends (succeeds, fails, is cancelled): the store ends its
+        #: waits and reports it to its invoker.
+        self.on_end: Callable[[WorkflowRun], None] | None = None
+
+    def _ended(self, run: WorkflowRun) -> None:
+        if self.on_end is not None:
+            self.on_end(run)
 
     def get(self, run_id: str) -> WorkflowRun | None:
         return self.runs.get(run_id)
@@ -456,12 +466,14 @@ class WorkflowRuns:
         run.state = "RUN_SUCCESS"
         run.completed_ms = now_ms
         run.response = response or None
+        self._ended(run)
 
     def cancel(self, run: WorkflowRun, now_ms: int) -> list[Message]:
         """End the run as cancelled; returns its messages still owed a delivery (sleeps,
         retries, the attempt in flight), for the store to cancel."""
         run.state = "RUN_CANCELED"
         run.completed_ms = now_ms
+        self._ended(run)
         return [m for m in run.messages if not m.done]
 
     def refuse_step(self, run: WorkflowRun, reason: str, now_ms: int) -> list[Message]:
@@ -489,6 +501,7 @@ class WorkflowRuns:
             run.state = "RUN_FAILED"
             run.completed_ms = now_ms
             run.dlq_id = entry.dlq_id
+            self._ended(run)
 
     def is_third_party_call(self, message: Message) -> bool:
         """A ``context.call``'s request to the third party. When it fails for good, its last

@@ -1,0 +1,78 @@
+"""The workflow DLQ, the trigger's run-wide options, bulk cancel and label filters through the
+TypeScript SDK (``@upstash/workflow``'s ``Client``) against the server."""
+
+from __future__ import annotations
+
+from node_support import NodeHarness
+
+from pytest_qstash.server import ServerProcess
+
+
+def mend(node: NodeHarness, broken: bool = False) -> None:
+    node.http.post("/_checkout", json={"broken": broken}).raise_for_status()
+
+
+def test_a_failed_run_is_resumed_restarted_and_deleted_from_the_dlq(
+    node: NodeHarness, qstash_server: ServerProcess
+) -> None:
+    mend(node, broken=True)
+    run_id = node.trigger("checkout", {"order": 1}, retries=0, label="vip")
+    qstash_server.drain()
+
+    # retries: 0 at trigger holds for the later step too: charge ran once.
+    assert node.records("checkout", "ran") == ["reserve", "charge"]
+    assert len(node.records("checkout", "failure")) == 1
+    assert [r["workflowRunId"] for r in node.call("logs", {"filter": {"label": "vip"}})["runs"]] == [
+        run_id
+    ]
+    assert node.call("logs", {"filter": {"label": "other"}})["runs"] == []
+    [entry] = node.call("dlq.list", {"filter": {"label": "vip"}})["messages"]
+    assert entry["workflowRunId"] == run_id
+    assert entry["label"] == "vip"
+
+    mend(node)
+    node.clear()
+    resumed = node.call("dlq.resume", entry["dlqId"])
+    restarted = node.call("dlq.restart", entry["dlqId"])
+    qstash_server.drain()
+
+    [resumed_run], [restarted_run] = resumed["workflowRuns"], restarted["workflowRuns"]
+    assert resumed_run["workflowRunId"] not in (run_id, restarted_run["workflowRunId"])
+    for started in (resumed_run, restarted_run):
+        assert qstash_server.runs.one(run_id=started["workflowRunId"]).state == "RUN_SUCCESS"
+    # The resumed run kept "reserve"; the restarted one ran it again.
+    assert sorted(node.records("checkout", "ran")) == ["charge", "charge", "reserve"]
+    assert node.call("dlq.delete", entry["dlqId"]) == {"deleted": 1}
+    assert node.call("dlq.list")["messages"] == []
+
+
+def test_the_failure_url_is_called_at_a_later_step_and_can_be_retried(
+    node: NodeHarness, qstash_server: ServerProcess
+) -> None:
+    mend(node, broken=True)  # charge fails, and so does the alert route
+    run_id = node.trigger("plainCheckout", {}, retries=0, failureUrl=f"{node.url}/_alert")
+    qstash_server.drain()
+
+    [alert] = node.records("alert", "received")
+    assert alert["workflowRunId"] == run_id
+    [entry] = node.call("dlq.list")["messages"]
+    assert entry["failureFunctionState"] == "CALLBACK_FAIL"
+
+    mend(node)
+    answer = node.call("dlq.retryFailureFunction", {"dlqId": entry["dlqId"]})
+    qstash_server.drain()
+
+    assert answer["workflowRunId"] == run_id
+    assert len(node.records("alert", "received")) == 2
+    [entry] = node.call("dlq.list")["messages"]
+    assert entry["failureFunctionState"] == "CALLBACK_SUCCESS"
+
+
+def test_bulk_cancel_by_url_prefix_and_all(node: NodeHarness, qstash_server: ServerProcess) -> None:
+    waiting = [node.trigger("wait", {"eventId": f"e{i}"}) for i in range(2)]
+    qstash_server.drain(within="1m")
+    assert node.call("cancel", {"urlStartingWith": node.workflow_url("wait")}) == {"cancelled": 2}
+    node.trigger("wait", {"eventId": "e3"})
+    qstash_server.drain(within="1m")
+    assert node.call("cancel", {"all": True}) == {"cancelled": 1}
+    assert {qstash_server.runs.one(run_id=r).state for r in waiting} == {"RUN_CANCELED"}
