@@ -22,7 +22,8 @@ def test_a_failed_run_is_resumed_restarted_and_deleted_from_the_dlq(
     # retries: 0 at trigger holds for the later step too: charge ran once.
     assert node.records("checkout", "ran") == ["reserve", "charge"]
     assert len(node.records("checkout", "failure")) == 1
-    assert [r["workflowRunId"] for r in node.call("logs", {"filter": {"label": "vip"}})["runs"]] == [
+    logged = node.call("logs", {"filter": {"label": "vip"}})["runs"]
+    assert [r["workflowRunId"] for r in logged] == [
         run_id
     ]
     assert node.call("logs", {"filter": {"label": "other"}})["runs"] == []
