@@ -23,9 +23,7 @@ def test_a_failed_run_is_resumed_restarted_and_deleted_from_the_dlq(
     assert node.records("checkout", "ran") == ["reserve", "charge"]
     assert len(node.records("checkout", "failure")) == 1
     logged = node.call("logs", {"filter": {"label": "vip"}})["runs"]
-    assert [r["workflowRunId"] for r in logged] == [
-        run_id
-    ]
+    assert [r["workflowRunId"] for r in logged] == [run_id]
     assert node.call("logs", {"filter": {"label": "other"}})["runs"] == []
     [entry] = node.call("dlq.list", {"filter": {"label": "vip"}})["messages"]
     assert entry["workflowRunId"] == run_id

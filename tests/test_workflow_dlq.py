@@ -22,6 +22,7 @@ from upstash_workflow.fastapi import Serve as FastAPIServe
 from workflow_apps import Journal, fastapi_workflow_app, flask_workflow_app
 
 from pytest_qstash import FakeQStash, WorkflowRun
+from pytest_qstash.report import section
 
 APP = "https://shop.test"
 FAILS = f"{APP}/fails"
@@ -470,3 +471,29 @@ def test_comma_labels_are_several_labels(qstash: FakeQStash, client: QStash) -> 
     ]
     with pytest.raises(QStashError):
         client.http.request(path="/v2/workflows/dlq/nope", method="DELETE")
+
+
+@at_start
+def test_a_refused_step_publish_ends_the_run_and_is_reported(qstash: FakeQStash) -> None:
+    app = FastAPI()
+    serve = FastAPIServe(app)
+
+    @serve.post("/far")
+    async def far(context: AsyncWorkflowContext[Any]) -> None:
+        await context.run("first", lambda: "ok")
+        # A sleep past the year 9999: QStash refuses the step's publish with 400.
+        await context.sleep_until("never", 253_402_300_800 + 86_400)
+
+    qstash.mount(APP, app)
+    run_id = qstash.trigger(f"{APP}/far", {})
+    qstash.advance("1h")
+
+    run = run_of(qstash, run_id)
+    assert run.state == "RUN_FAILED"  # not left RUN_STARTED with nothing pending
+    (refusal,) = run.refused
+    assert refusal.startswith("POST /v2/batch answered 400")  # the SDK publishes steps so
+    assert "Upstash-Not-Before" in refusal
+    assert not [m for m in run.messages if not m.done]
+    report = section(qstash.store, len(qstash.deliveries))
+    assert report is not None
+    assert "a step publish of this run was refused: POST /v2/batch" in report

@@ -47,20 +47,42 @@ def note_refused_step(store: Store, request: httpx.Request, response: httpx.Resp
     on, as the SDK reads the answer as a cancel. End it, and keep why for the report."""
     if response.status_code != 400 or request.method != "POST":
         return
-    run_id = request.headers.get("upstash-workflow-runid", "").strip()
-    if not run_id or request.headers.get("upstash-workflow-init", "").lower() == "true":
-        return
-    run = store.workflows.get(run_id)
-    if run is None or not run.active:
-        return
     path = request.url.raw_path.decode("ascii").partition("?")[0]
     try:
         error = str(response.json()["error"])
     except (ValueError, KeyError, TypeError):
         error = response.text
     reason = f"POST {path} answered 400: {error}"
-    for message in store.workflows.refuse_step(run, reason, store.clock.now_ms):
-        store.cancel(message)
+    for run_id in _step_run_ids(request, path):
+        run = store.workflows.get(run_id)
+        if run is not None and run.active:
+            for message in store.workflows.refuse_step(run, reason, store.clock.now_ms):
+                store.cancel(message)
+
+
+def _step_run_ids(request: httpx.Request, path: str) -> list[str]:
+    """The runs a refused publish was a later step of: from its headers, or for a batch
+    (what the SDKs publish steps with) from its items' headers."""
+    header_sets: list[Any] = [request.headers]
+    if path.rstrip("/") == "/v2/batch":
+        try:
+            items = json.loads(request.content)
+        except ValueError:
+            return []
+        if not isinstance(items, list):
+            return []
+        header_sets = [item.get("headers") for item in items if isinstance(item, dict)]
+    elif not path.startswith(("/v2/publish/", "/v2/enqueue/")):
+        return []
+    run_ids: list[str] = []
+    for headers in header_sets:
+        if not isinstance(headers, dict | httpx.Headers):
+            continue
+        lowered = {str(k).lower(): str(v) for k, v in headers.items()}
+        run_id = lowered.get("upstash-workflow-runid", "").strip()
+        if run_id and lowered.get("upstash-workflow-init", "").lower() != "true":
+            run_ids.append(run_id)
+    return list(dict.fromkeys(run_ids))
 
 
 # -- endpoints ------------------------------------------------------------------------------
