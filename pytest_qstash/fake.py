@@ -337,7 +337,11 @@ class FakeQStash:
         self._api_calls.append(
             ApiCall(*sent, at_ms, response.status_code, response.headers, response.content)
         )
-        if request.method == "GET" and response.status_code == 200 and path.startswith("/v2/dlq"):
+        if (
+            request.method == "GET"
+            and response.status_code == 200
+            and path.startswith(("/v2/dlq", "/v2/workflows/dlq"))
+        ):
             self._dlq_read.update(self.store.dlq)  # listed (or fetched) through the API
         return response
 
@@ -645,17 +649,19 @@ class FakeQStash:
         run_id: str | None = None,
         retries: int | None = None,
         failure_url: str | Literal[False] | None = None,
+        label: str | None = None,
     ) -> str:
         """Start an Upstash Workflow run at ``url`` as a workflow client would; returns its
         run id. The run exists at once (``qstash.runs``); its first delivery is due now.
 
         ``body``: the initial payload (``str``/``bytes`` as is, anything else as JSON);
         ``headers`` reach the route function as request headers; ``run_id`` chooses the id.
-        ``retries`` (default 3) and ``failure_url`` apply to the first delivery only: every
-        later step takes them from the app's ``serve()`` options, as on QStash. As the
-        workflow client does, a first step that fails for good calls ``failure_url``, by
-        default the workflow URL itself, where ``serve()``'s ``failure_function`` answers;
-        ``failure_url=False`` sets none.
+        As ``@upstash/workflow``'s ``client.trigger`` does, ``retries`` (default 3), a
+        ``failure_url`` given and ``label`` (``"a,b"``: the labels ``a`` and ``b``) hold for
+        every step of the run that the app's ``serve()`` options do not set itself. By
+        default the failure URL is the workflow URL itself (where ``serve()``'s
+        ``failure_function`` answers), for the first delivery only: a ``serve()`` with a
+        failure function sends its own with every step. ``failure_url=False`` sets none.
         """
         return trigger_run(
             self.store,
@@ -665,6 +671,7 @@ class FakeQStash:
             run_id=run_id,
             retries=retries,
             failure_url=failure_url,
+            label=label,
         )
 
     def notify(

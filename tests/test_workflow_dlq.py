@@ -497,3 +497,26 @@ def test_a_refused_step_publish_ends_the_run_and_is_reported(qstash: FakeQStash)
     report = section(qstash.store, len(qstash.deliveries))
     assert report is not None
     assert "a step publish of this run was refused: POST /v2/batch" in report
+
+
+@at_start
+def test_a_resume_keeps_the_runs_labels_and_its_retries_override_the_triggers(
+    qstash: FakeQStash,
+) -> None:
+    journal = Journal()
+    qstash.mount(APP, brittle_app(journal))
+    run_id = qstash.trigger(f"{APP}/brittle", {}, retries=0, label="shop,vip")
+    qstash.advance("1h")
+    (item,) = qstash.workflow_dlq
+    assert item.labels == ("shop", "vip")
+
+    resumed = qstash.resume_run(item.dlq_id, retries=1)  # still broken: two tries this time
+    qstash.advance("1h")
+
+    assert journal.names(run_id) == ["one", "two"]
+    assert journal.names(resumed.run_id) == ["two", "two"]
+    assert resumed.state == "RUN_FAILED"
+    assert resumed.labels == ("shop", "vip")
+    assert [i.run_id for i in qstash.workflow_dlq] == [run_id, resumed.run_id]
+    with pytest.raises(ValueError, match="invalid label"):
+        qstash.trigger(f"{APP}/brittle", label="")

@@ -87,6 +87,8 @@ class RunSettings:
         given = parse_options(headers)
         changed = replace(
             self,
+            # Overrides are for the remaining steps: they hold run-wide whatever the trigger.
+            run_wide=self.run_wide or bool(headers),
             retries=self.retries if given.retries is None else given.retries,
             retry_delay=given.retry_delay or self.retry_delay,
             label=given.label or self.label,

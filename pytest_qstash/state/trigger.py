@@ -31,6 +31,7 @@ def trigger_run(
     run_id: str | None = None,
     retries: int | None = None,
     failure_url: str | Literal[False] | None = None,
+    label: str | None = None,
 ) -> str:
     """Start a run at ``url`` as a workflow client does, under a run id chosen here.
 
@@ -73,6 +74,10 @@ def trigger_run(
     )
     if retries is not None:
         publish["Upstash-Retries"] = str(retries)
+    if label is not None:
+        if not isinstance(label, str) or not label.strip():
+            raise ValueError(f"invalid label {label!r}: expected a non-empty string")
+        publish["Upstash-Label"] = label
     implicit_failure_url = failure_url is None
     if failure_url is None:
         failure_url = url
