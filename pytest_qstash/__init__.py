@@ -30,7 +30,8 @@ from .state.models import (
 from .state.queues import Queue
 from .state.schedules import Schedule
 from .state.url_groups import Endpoint, UrlGroup
-from .state.workflows import WorkflowRun, WorkflowStep
+from .state.workflow_dlq import WorkflowDlqEntry
+from .state.workflows import StepGroup, WorkflowRun, WorkflowStep
 
 __all__ = [
     "ApiCall",
@@ -55,8 +56,10 @@ __all__ = [
     "Queue",
     "ReentrantCallError",
     "Schedule",
+    "StepGroup",
     "UnroutedDeliveryError",
     "UrlGroup",
+    "WorkflowDlqEntry",
     "WorkflowRun",
     "WorkflowStep",
     "parse_duration_ms",
