@@ -4,6 +4,7 @@ SDK's HTTP client, and raw httpx where no SDK has the call."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
-from qstash import QStash
+from qstash import AsyncQStash, QStash
 from qstash.errors import QStashError
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -520,3 +521,73 @@ def test_a_resume_keeps_the_runs_labels_and_its_retries_override_the_triggers(
     assert [i.run_id for i in qstash.workflow_dlq] == [run_id, resumed.run_id]
     with pytest.raises(ValueError, match="invalid label"):
         qstash.trigger(f"{APP}/brittle", label="")
+
+
+@at_start
+def test_a_triggers_retry_delay_flow_control_and_timeout_hold_for_later_steps(
+    qstash: FakeQStash, client: QStash
+) -> None:
+    journal = Journal()
+    qstash.mount(APP, brittle_app(journal))
+    url = f"{APP}/brittle"
+
+    answer = api(
+        qstash,
+        "POST",
+        f"/v2/trigger/{url}",
+        headers={
+            "Upstash-Retries": "2",
+            "Upstash-Retry-Delay": "5000",
+            "Upstash-Flow-Control-Key": "tenant-1",
+            "Upstash-Flow-Control-Value": "parallelism=1",
+            "Upstash-Timeout": "30s",
+            "Upstash-Failure-Callback": f"{ALERTS}/alert",
+        },
+    ).json()
+    qstash.mount(ALERTS, alerts_app([], []))
+    qstash.advance("1h")
+
+    run = run_of(qstash, answer["workflowRunId"])
+    failing = run.messages[-2]  # the step "two" runs in (the failure call is last)
+    assert [d.retried for d in failing.deliveries] == [0, 1, 2]
+    gaps = [(b.at - a.at).total_seconds() for a, b in itertools.pairwise(failing.deliveries)]
+    assert gaps == [5.0, 5.0]  # Upstash-Retry-Delay: 5000 (ms), for this later step too
+    assert failing.flow_control is not None
+    assert failing.flow_control.key == "tenant-1"
+    assert failing.timeout_ms == 30_000
+    assert run.flow_control_key == "tenant-1"
+    logs = client.http.request(
+        path="/v2/workflows/logs", method="GET", params={"flowControlKey": "tenant-1"}
+    )
+    assert [r["workflowRunId"] for r in logs["runs"]] == [run.run_id]
+    assert logs["runs"][0]["flowControlKey"] == "tenant-1"
+    [entry] = client.http.request(path="/v2/workflows/dlq", method="GET")["messages"]
+    assert entry["flowControlKey"] == "tenant-1"
+    steps = [s for g in logs["runs"][0]["steps"] for s in g["steps"]]
+    assert {s.get("retryDelay") for s in steps if s["stepName"] == "one"} == {"5000"}
+
+
+@pytest.mark.anyio
+async def test_the_workflow_dlq_through_the_async_client(
+    qstash: FakeQStash, aclient: AsyncQStash
+) -> None:
+    journal = Journal()
+    qstash.mount(APP, fastapi_workflow_app(journal))
+    run_id = qstash.trigger(FAILS, {"card": "4242"})
+    await qstash.aadvance("1d")
+
+    listed = await aclient.http.request(path="/v2/workflows/dlq", method="GET")
+    [entry] = listed["messages"]
+    journal.card_declined = False
+    answer = await aclient.http.request(
+        path="/v2/workflows/dlq/resume", method="POST", params={"dlqIds": entry["dlqId"]}
+    )
+    await qstash.atick()
+
+    [resumed] = answer["workflowRuns"]
+    assert entry["workflowRunId"] == run_id
+    assert run_of(qstash, resumed["workflowRunId"]).state == "RUN_SUCCESS"
+    deleted = await aclient.http.request(
+        path="/v2/workflows/dlq", method="DELETE", params={"workflowRunId": run_id}
+    )
+    assert deleted == {"deleted": 1}
