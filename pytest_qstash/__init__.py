@@ -17,6 +17,7 @@ from .errors import (
 from .fake import FakeQStash
 from .intercept import QStashOutsideFakeWarning
 from .query import Found
+from .state.invocations import Invoker
 from .state.models import (
     ApiCall,
     Delivery,
@@ -26,6 +27,7 @@ from .state.models import (
     FlowControl,
     Message,
     MessageState,
+    Waiter,
 )
 from .state.queues import Queue
 from .state.schedules import Schedule
@@ -47,6 +49,7 @@ __all__ = [
     "Fault",
     "FlowControl",
     "Found",
+    "Invoker",
     "LifespanError",
     "Message",
     "MessageState",
@@ -57,6 +60,7 @@ __all__ = [
     "Schedule",
     "UnroutedDeliveryError",
     "UrlGroup",
+    "Waiter",
     "WorkflowRun",
     "WorkflowStep",
     "parse_duration_ms",
