@@ -17,6 +17,7 @@ from .errors import (
 from .fake import FakeQStash
 from .intercept import QStashOutsideFakeWarning
 from .query import Found
+from .state.invocations import Invoker
 from .state.models import (
     ApiCall,
     Delivery,
@@ -26,6 +27,7 @@ from .state.models import (
     FlowControl,
     Message,
     MessageState,
+    Waiter,
 )
 from .state.queues import Queue
 from .state.schedules import Schedule
@@ -48,6 +50,7 @@ __all__ = [
     "Fault",
     "FlowControl",
     "Found",
+    "Invoker",
     "LifespanError",
     "Message",
     "MessageState",
@@ -59,6 +62,7 @@ __all__ = [
     "StepGroup",
     "UnroutedDeliveryError",
     "UrlGroup",
+    "Waiter",
     "WorkflowDlqEntry",
     "WorkflowRun",
     "WorkflowStep",

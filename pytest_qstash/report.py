@@ -92,11 +92,28 @@ def timeline(
                 "Upstash-Workflow-Sdk-Version and nothing is pending: is that URL a workflow "
                 "route (serve())?"
             )
+        lines.extend(_waiting_lines(store, run))
 
     hint = _signature_hint(store)
     if hint:
         lines.append(hint)
     return "\n".join(lines)
+
+
+def _waiting_lines(store: Store, run: WorkflowRun) -> list[str]:
+    """What a run in progress waits for: the event, the step, until when, and what ends it."""
+    out = []
+    for waiter in store.waiters.of_run(run.run_id):
+        if waiter.step_type == "WaitForWebhook":
+            what, ends = "a request to its webhook", "a request to the webhook URL resumes it"
+        else:
+            what = f"event {waiter.event_id!r}"
+            ends = f"qstash.notify({waiter.event_id!r}, data) resumes it"
+        out.append(
+            f"    waiting for {what} at step {waiter.step_name!r} ({waiter.step_type}) until "
+            f"{_when(waiter.deadline_ms)}, when it times out; {ends}"
+        )
+    return out
 
 
 def _stalled_at_a_plain_endpoint(messages: Sequence[Message]) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from node_support import NodeHarness, run_client_script
+from node_support import NODE_DIR, NodeHarness, node_packages, run_client_script
 
 from pytest_qstash.server import NodeUnavailable, ServerProcess, install_node_packages
 
@@ -50,4 +50,18 @@ def test_without_node_the_reason_is_given(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("PATH", str(tmp_path))  # no node, no npm
 
     with pytest.raises(NodeUnavailable, match=r"^node is not installed \(not found on PATH\)$"):
+        install_node_packages(tmp_path)
+
+
+def test_an_unreachable_registry_is_a_reason_to_skip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node_packages()  # needs node and npm themselves
+    for name in ("package.json", "package-lock.json"):
+        (tmp_path / name).write_bytes((NODE_DIR / name).read_bytes())
+    monkeypatch.setenv("npm_config_registry", "http://127.0.0.1:9/")  # nothing listens there
+    monkeypatch.setenv("npm_config_cache", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("npm_config_fetch_retries", "0")
+
+    with pytest.raises(NodeUnavailable, match=r"^npm ci cannot reach the registry: "):
         install_node_packages(tmp_path)

@@ -5,6 +5,8 @@ the server: ``context.waitForEvent`` resumed by ``client.notify``, listed by
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import httpx
 from node_support import NodeHarness
 
@@ -120,3 +122,25 @@ def test_a_webhook_request_resumes_the_waiting_step(
         "body": "signed payload",
     }
     assert qstash_server.runs.one(run_id=run_id).state == "RUN_SUCCESS"
+
+
+def test_the_python_side_sees_the_wait_and_notifies_it(
+    node: NodeHarness, qstash_server: ServerProcess
+) -> None:
+    run_id = node.trigger("wait", {"eventId": "from-python", "timeout": "2h"})
+    qstash_server.drain()
+
+    [waiter] = qstash_server.waiters
+    assert (waiter.event_id, waiter.run_id, waiter.step_name) == (
+        "from-python",
+        run_id,
+        "wait for event",
+    )
+    assert waiter.deadline - qstash_server.now == timedelta(hours=2)
+
+    [answer] = qstash_server.notify("from-python", {"ok": True}, run_id=run_id)
+    assert answer["workflowRunId"] == run_id
+    qstash_server.drain()
+
+    assert node.records("wait", "resumed") == [{"eventData": {"ok": True}, "timedOut": False}]
+    assert list(qstash_server.waiters) == []

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -45,7 +46,9 @@ def wait(store: Store, request: httpx.Request, event_id: str) -> httpx.Response:
     for field in ("url", "timeoutUrl"):
         value = body.get(field)
         if value is not None and not (
-            isinstance(value, str) and value.startswith(("http://", "https://"))
+            isinstance(value, str)
+            and value.startswith(("http://", "https://"))
+            and urlsplit(value).hostname
         ):
             raise ApiError(400, f"invalid wait request: {field} must be an http(s) URL")
     try:

@@ -250,6 +250,16 @@ class QStashServerApp:
             if self._wake is not None:
                 self._wake.set()
             return httpx.Response(200, json={"run_id": run_id})
+        if action == "notify":
+            try:
+                answers = self.fake.notify(
+                    _required(body, "event_id"), body.get("data"), run_id=body.get("run_id")
+                )
+            except ValueError as exc:
+                raise ControlError(400, str(exc)) from None
+            if self._wake is not None:
+                self._wake.set()
+            return httpx.Response(200, json=answers)
         raise ControlError(404, f"POST {CONTROL_PREFIX}/{action} is no control endpoint")
 
     def _state(self) -> dict[str, Any]:

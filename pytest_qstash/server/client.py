@@ -144,6 +144,12 @@ class Client:
     def runs(self) -> Found[Record]:
         return self._list("runs")
 
+    @property
+    def waiters(self) -> Found[Record]:
+        """Workflow runs waiting for an event (``event_id``, ``run_id``, ``step_name``,
+        ``deadline``), as ``FakeQStash.waiters``."""
+        return self._list("waiters")
+
     # -- steering ---------------------------------------------------------------------------
     def reset(self, start: datetime | str | float | None = None) -> None:
         """Forget everything (messages, schedules, queues, ...), keeping the credentials. A
@@ -186,6 +192,16 @@ class Client:
             {"url": url, "body": body, "headers": headers, "run_id": run_id, "retries": retries},
         )
         return str(answer["run_id"])
+
+    def notify(
+        self, event_id: str, data: Any = None, *, run_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Notify an event's waiters, or one run's (``run_id``), as ``FakeQStash.notify``;
+        returns the ``NotifyResponse`` answers."""
+        answer: list[dict[str, Any]] = self._call(
+            "POST", "notify", {"event_id": event_id, "data": data, "run_id": run_id}
+        )
+        return answer
 
     # -- HTTP -------------------------------------------------------------------------------
     def _call(self, method: str, action: str, body: dict[str, Any] | None = None) -> Any:

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from ..state.models import Delivery, DlqEntry, Event, Message
+from ..state.models import Delivery, DlqEntry, Event, Message, Waiter
 from ..state.queues import Queue
 from ..state.schedules import Schedule
 from ..state.url_groups import UrlGroup
@@ -35,6 +35,7 @@ TIME_FIELDS = frozenset(
         "last_run",
         "completed_at",
         "resumes_at",
+        "deadline",
     }
 )
 #: Fields sent as ``[name, value]`` pairs, read back as ``httpx.Headers``.
@@ -179,7 +180,21 @@ def run(item: WorkflowRun) -> dict[str, Any]:
         "created_at": iso_time(item.created_at),
         "completed_at": iso_time(item.completed_at),
         "dlq_id": item.dlq_id,
+        "invoker_run_id": item.invoker.run_id if item.invoker is not None else None,
         "steps": [_step(s) for s in item.steps],
+    }
+
+
+def waiter(item: Waiter) -> dict[str, Any]:
+    return {
+        "event_id": item.event_id,
+        "run_id": item.run_id,
+        "url": item.url,
+        "step_name": item.step_name,
+        "step_type": item.step_type,
+        "created_at": iso_time(item.created_at),
+        "deadline": iso_time(item.deadline),
+        "timeout_url": item.timeout_url,
     }
 
 
@@ -193,6 +208,7 @@ LISTS: dict[str, tuple[Callable[[Any], dict[str, Any]], str]] = {
     "queues": (queue, "queue"),
     "url_groups": (url_group, "URL group"),
     "runs": (run, "workflow run"),
+    "waiters": (waiter, "waiter"),
 }
 
 

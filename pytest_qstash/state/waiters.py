@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..durations import parse_duration_ms
-from .models import Message, Waiter
+from .models import LATEST_MS, Message, Waiter
 from .options import parse_options
 
 if TYPE_CHECKING:
@@ -128,6 +128,8 @@ def wait(
         if timeout in (None, "")
         else parse_duration_ms(timeout, what="wait timeout")
     )
+    if now + timeout_ms > LATEST_MS:
+        raise ValueError(f"wait timeout {timeout!r} ends after the year 9999")
     step = body.get("step")
     timeout_headers = body.get("timeoutHeaders")
     waiter = Waiter(
