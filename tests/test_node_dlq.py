@@ -28,6 +28,8 @@ def test_a_failed_run_is_resumed_restarted_and_deleted_from_the_dlq(
     [entry] = node.call("dlq.list", {"filter": {"label": "vip"}})["messages"]
     assert entry["workflowRunId"] == run_id
     assert entry["label"] == "vip"
+    [failed] = qstash_server.workflow_dlq
+    assert (failed.dlq_id, failed.labels) == (entry["dlqId"], ["vip"])
 
     mend(node)
     node.clear()
@@ -75,3 +77,30 @@ def test_bulk_cancel_by_url_prefix_and_all(node: NodeHarness, qstash_server: Ser
     qstash_server.drain(within="1m")
     assert node.call("cancel", {"all": True}) == {"cancelled": 1}
     assert {qstash_server.runs.one(run_id=r).state for r in waiting} == {"RUN_CANCELED"}
+
+
+def test_parallel_steps_are_one_parallel_group_in_the_logs(
+    node: NodeHarness, qstash_server: ServerProcess
+) -> None:
+    run_id = node.trigger("parallel", {})
+    qstash_server.drain()
+
+    [run] = node.call("logs", {"filter": {"workflowRunId": run_id}})["runs"]
+    assert run["workflowState"] == "RUN_SUCCESS"
+    groups = [(g["type"], [s["stepName"] for s in g["steps"]]) for g in run["steps"]]
+    assert groups == [
+        ("sequential", ["init"]),
+        ("parallel", ["left", "right"]),
+        ("sequential", ["rest"]),
+    ]
+    parallel = run["steps"][1]["steps"]
+    assert [(s["out"], s["state"]) for s in parallel] == [
+        ('"L"', "STEP_SUCCESS"),
+        ('"R"', "STEP_SUCCESS"),
+    ]
+    assert run["steps"][2]["steps"][0]["out"] == ""  # a sleep's result: an empty string
+    assert [s.name for s in qstash_server.runs.one(run_id=run_id).steps] == [
+        "left",
+        "right",
+        "rest",
+    ]

@@ -145,6 +145,12 @@ class Client:
         return self._list("runs")
 
     @property
+    def workflow_dlq(self) -> Found[Record]:
+        """The failed workflow runs (``dlq_id``, ``run_id``, ``labels``,
+        ``failure_function_state``, ...), as ``FakeQStash.workflow_dlq``."""
+        return self._list("workflow_dlq")
+
+    @property
     def waiters(self) -> Found[Record]:
         """Workflow runs waiting for an event (``event_id``, ``run_id``, ``step_name``,
         ``deadline``), as ``FakeQStash.waiters``."""

@@ -20,6 +20,7 @@ from ..state.models import Delivery, DlqEntry, Event, Message, Waiter
 from ..state.queues import Queue
 from ..state.schedules import Schedule
 from ..state.url_groups import UrlGroup
+from ..state.workflow_dlq import WorkflowDlqEntry
 from ..state.workflows import WorkflowRun, WorkflowStep
 
 #: Fields sent as ISO 8601 strings, read back as datetimes.
@@ -181,7 +182,26 @@ def run(item: WorkflowRun) -> dict[str, Any]:
         "completed_at": iso_time(item.completed_at),
         "dlq_id": item.dlq_id,
         "invoker_run_id": item.invoker.run_id if item.invoker is not None else None,
+        "labels": list(item.labels),
+        "resumed_from": item.resumed_from,
+        "refused": list(item.refused),
         "steps": [_step(s) for s in item.steps],
+    }
+
+
+def workflow_dlq_entry(item: WorkflowDlqEntry) -> dict[str, Any]:
+    return {
+        "dlq_id": item.dlq_id,
+        "run_id": item.run_id,
+        "workflow_url": item.workflow_url,
+        "url": item.url,
+        "body": item.body,
+        "created_at": iso_time(item.created_at),
+        "response_status": item.response_status,
+        "response_body": item.response_body,
+        "labels": list(item.labels),
+        "failure_callback": item.failure_callback,
+        "failure_function_state": item.failure_function_state,
     }
 
 
@@ -209,6 +229,7 @@ LISTS: dict[str, tuple[Callable[[Any], dict[str, Any]], str]] = {
     "url_groups": (url_group, "URL group"),
     "runs": (run, "workflow run"),
     "waiters": (waiter, "waiter"),
+    "workflow_dlq": (workflow_dlq_entry, "workflow DLQ entry"),
 }
 
 

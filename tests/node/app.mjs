@@ -46,6 +46,15 @@ const WORKFLOWS = {
     failureFunction: async ({ failResponse }) => record("checkout", "failure", failResponse),
   }),
   plainCheckout: createWorkflow(checkoutSteps),
+  // Two steps side by side, then a sleep: what the logs group as parallel, then sequential.
+  parallel: createWorkflow(async (context) => {
+    const [a, b] = await Promise.all([
+      context.run("left", () => "L"),
+      context.run("right", () => "R"),
+    ]);
+    await context.sleep("rest", 5);
+    return a + b;
+  }),
   // waitForEvent: the event's data, or the timeout.
   wait: createWorkflow(async (context) => {
     const { eventId, timeout } = context.requestPayload;
