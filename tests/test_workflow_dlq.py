@@ -375,6 +375,9 @@ def test_logs_show_sleeps_as_text_step_headers_and_runs_by_pair(
     assert json.loads(steps["one"]["out"]) == "done"
     assert steps["one"]["headers"]["X-Tenant"] == ["acme"]
     assert steps["one"]["retries"] == 3
+    assert steps["init"]["headers"]["X-Tenant"] == ["acme"]
+    # No Upstash-Retry-Delay: QStash's default backoff, as an expression.
+    assert steps["init"]["retryDelay"] == "min(86400000, exp(2.5 * (retried + 1)) * 1000)"
     assert other != run_id
     bad = api(qstash, "GET", "/v2/workflows/logs", params={"workflowRuns": "no-pair"})
     assert bad.status_code == 400

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from ..state.models import Message
+from ..state.models import Delivery, Message
 from ..state.options import MessageOptions, header_lists
 from ..state.store import Store
 from ..state.workflows import NOT_FOUND, STEP, WorkflowRun, WorkflowStep
@@ -304,11 +304,8 @@ def _step_json(step: WorkflowStep) -> dict[str, Any]:
         # A plan step stands for a parallel step that has not finished yet.
         "state": "STEP_PROGRESS" if step.is_plan else "STEP_SUCCESS",
         "createdAt": message.created_ms,
-        "headers": header_lists(message.headers),
-        "retries": message.max_retries,
+        **_delivery_settings(message),
     }
-    if message.retry_delay is not None:
-        info["retryDelay"] = message.retry_delay
     if step.sleep_for is not None:
         info["sleepFor"] = step.sleep_for
     if step.sleep_until is not None:
@@ -331,16 +328,47 @@ def _initial_step_json(message: Message) -> dict[str, Any]:
         "concurrent": 1,
         "state": "STEP_SUCCESS" if message.state == "DELIVERED" else "STEP_PROGRESS",
         "createdAt": message.created_ms,
+        **_delivery_settings(message),
     }
 
 
 def _pending_json(message: Message) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "messageId": message.message_id,
         "state": "STEP_RETRY" if message.retried else "STEP_PROGRESS",
-        "retries": message.retried,
         "nextDeliveryTime": message.not_before_ms,
+        **_delivery_settings(message),
     }
+    errors = [_attempt_error(d) for d in message.deliveries if not d.ok]
+    if errors:
+        out["errors"] = errors
+    return out
+
+
+#: QStash's default backoff (``min(86400, e^(2.5 n))`` seconds before retry ``n``) in the
+#: ``Upstash-Retry-Delay`` language, where ``retried`` counts from 0: what a step without a
+#: retry delay of its own shows as its ``retryDelay``.
+DEFAULT_RETRY_DELAY = "min(86400000, exp(2.5 * (retried + 1)) * 1000)"
+
+
+def _delivery_settings(message: Message) -> dict[str, Any]:
+    """What every step of the logs shows of its message: the headers it is delivered with,
+    its retries (the most it is retried) and its retry delay."""
+    return {
+        "headers": header_lists(message.headers),
+        "retries": message.max_retries,
+        "retryDelay": message.retry_delay or DEFAULT_RETRY_DELAY,
+    }
+
+
+def _attempt_error(delivery: Delivery) -> dict[str, Any]:
+    error: dict[str, Any] = {"time": delivery.at_ms}
+    if delivery.status is not None:
+        error["responseStatus"] = delivery.status
+        error["responseBody"] = delivery.response_body
+    if delivery.error is not None:
+        error["error"] = delivery.error
+    return error
 
 
 def _failure_function_json(run: WorkflowRun) -> dict[str, Any]:
