@@ -507,9 +507,12 @@ def test_a_refused_step_publish_ends_the_run_and_is_reported(qstash: FakeQStash)
 def test_a_resume_keeps_the_runs_labels_and_its_retries_override_the_triggers(
     qstash: FakeQStash,
 ) -> None:
-    journal = Journal()
+    journal, received = Journal(), []  # type: list[dict[str, Any]]
     qstash.mount(APP, brittle_app(journal))
-    run_id = qstash.trigger(f"{APP}/brittle", {}, retries=0, label="shop,vip")
+    qstash.mount(ALERTS, alerts_app([], received))
+    run_id = qstash.trigger(
+        f"{APP}/brittle", {}, retries=0, label="shop,vip", failure_url=f"{ALERTS}/alert"
+    )
     qstash.advance("1h")
     (item,) = qstash.workflow_dlq
     assert item.labels == ("shop", "vip")
@@ -521,6 +524,10 @@ def test_a_resume_keeps_the_runs_labels_and_its_retries_override_the_triggers(
     assert journal.names(resumed.run_id) == ["two", "two"]
     assert resumed.state == "RUN_FAILED"
     assert resumed.labels == ("shop", "vip")
+    # The resumed run's failure is its own: its failure call names it, not the first run.
+    assert [r["workflowRunId"] for r in received] == [run_id, resumed.run_id]
+    assert resumed.failure_function_state == "CALLBACK_SUCCESS"
+    assert run_of(qstash, run_id).failure_call is not resumed.failure_call
     assert [i.run_id for i in qstash.workflow_dlq] == [run_id, resumed.run_id]
     with pytest.raises(ValueError, match="invalid label"):
         qstash.trigger(f"{APP}/brittle", label="")

@@ -9,9 +9,11 @@ workflow DLQ is that view of the DLQ, so deleting through either removes it from
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
+
+import httpx
 
 from .models import DlqEntry, Message, ms_to_datetime
 from .options import check_due_in_range, parse_options
@@ -187,14 +189,23 @@ def _checked(store: Store, overrides: Mapping[str, str] | None) -> dict[str, str
 
 
 def _new_run(store: Store, failed: WorkflowDlqEntry, headers: Mapping[str, str]) -> WorkflowRun:
+    run_id = "wfr_" + store.ids.token(21)
     settings: RunSettings = failed.run.settings.overridden(headers)
+    if settings.failure_callback_headers is not None:
+        retargeted = httpx.Headers(_retargeted(settings.failure_callback_headers, run_id))
+        settings = replace(settings, failure_callback_headers=retargeted)
     return store.workflows.start(
-        "wfr_" + store.ids.token(21),
-        failed.run.url,
-        store.clock.now_ms,
-        settings,
-        resumed_from=failed.dlq_id,
+        run_id, failed.run.url, store.clock.now_ms, settings, resumed_from=failed.dlq_id
     )
+
+
+def _retargeted(headers: Mapping[str, str], run_id: str) -> dict[str, str]:
+    """Headers that name the failed run (``...-Workflow-Runid``, which makes the failure
+    call or a call's callback a message of that run) naming ``run_id`` instead."""
+    return {
+        name: run_id if name.lower().endswith("workflow-runid") else value
+        for name, value in headers.items()
+    }
 
 
 def _republish(
@@ -202,7 +213,7 @@ def _republish(
 ) -> Message:
     """``source`` published again as a message of ``run``: same URL, body and headers, its
     retries counted from zero, the run's settings where the overrides name one."""
-    headers = _publish_headers(source)
+    headers = _retargeted(_publish_headers(source), run.run_id)
     settings = run.settings
     if "upstash-retries" in overrides and settings.retries is not None:
         headers["upstash-retries"] = str(settings.retries)
