@@ -219,3 +219,13 @@ def test_a_users_own_token_still_works() -> None:
         answer = httpx.get(f"{API}/v2/waiters/x", headers={"Authorization": "Bearer my-own-token"})
         assert (answer.status_code, answer.json()) == (200, [])
         assert fake.account.user_id is None
+
+
+def test_the_resumed_step_reads_as_the_events_data(qstash: FakeQStash, route: Route) -> None:
+    run_id = start_waiting(qstash, "order-7-paid")
+    qstash.notify("order-7-paid", {"amount": 10})
+    qstash.tick()
+
+    [step] = qstash.runs.one(run_id=run_id).steps
+    assert (step.name, step.type, step.out) == ("wait for payment", "Wait", {"amount": 10})
+    assert step.raw["waitTimeout"] is False
