@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from qstash import QStash
+from qstash import AsyncQStash, QStash
 from qstash.errors import QStashError
 
 from pytest_qstash import FakeQStash
@@ -55,6 +55,12 @@ def start_waiting(
     """A run that starts and waits for ``event_id``, as the TypeScript SDK's waitForEvent."""
     run_id = qstash.trigger(FLOW, {"order": 7}, run_id=run_id)
     qstash.tick()
+    send_wait(qstash, run_id, event_id, timeout)
+    return run_id
+
+
+def send_wait(qstash: FakeQStash, run_id: str, event_id: str, timeout: str | None = None) -> None:
+    """The TypeScript SDK's ``POST /v2/wait/{eventId}`` for the run."""
     body: dict[str, Any] = {
         "url": FLOW,
         "timeoutUrl": FLOW,
@@ -76,7 +82,6 @@ def start_waiting(
         },
     )
     assert answer.status_code == 200, answer.text
-    return run_id
 
 
 def test_a_notify_resumes_the_wait_with_its_data(
@@ -229,3 +234,20 @@ def test_the_resumed_step_reads_as_the_events_data(qstash: FakeQStash, route: Ro
     [step] = qstash.runs.one(run_id=run_id).steps
     assert (step.name, step.type, step.out) == ("wait for payment", "Wait", {"amount": 10})
     assert step.raw["waitTimeout"] is False
+
+
+@pytest.mark.asyncio
+async def test_the_async_sdk_notifies_a_run_that_waits(
+    qstash: FakeQStash, route: Route, aclient: AsyncQStash
+) -> None:
+    run_id = qstash.trigger(FLOW, {"order": 9})
+    await qstash.atick()
+    send_wait(qstash, run_id, "async-paid")
+
+    answer = await aclient.http.request(
+        path=f"/v2/notify/{run_id}/async-paid", method="POST", body="ok"
+    )
+    await qstash.atick()
+
+    assert answer["messageId"] == qstash.runs.one(run_id=run_id).steps[0].message_id
+    assert base64.b64decode(route.last_step["out"]) == b"ok"
