@@ -201,6 +201,9 @@ def test_a_webhook_call_resumes_the_run_without_a_token(qstash: FakeQStash, rout
     hook = f"{API}/v2/workflows/hooks/{DEFAULT_USER_ID}/{run_id}/evt_hook"
 
     assert httpx.get(f"{API}/v2/workflows/hooks/someone-else/{run_id}/evt_hook").status_code == 404
+    malformed = httpx.post(f"{API}/v2/workflows/hooks/{DEFAULT_USER_ID}/{run_id}")
+    assert malformed.status_code == 404
+    assert "is not a webhook URL" in malformed.json()["error"]
     answer = httpx.patch(f"{hook}?a=1", content=b"payload", headers={"X-Sig": "s"})
     assert answer.status_code == 200, answer.text
     qstash.tick()
