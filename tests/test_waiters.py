@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +21,7 @@ from qstash.errors import QStashError
 
 from pytest_qstash import FakeQStash
 from pytest_qstash.report import section
+from pytest_qstash.server.cli import _new_token as new_token
 from pytest_qstash.state.account import DEFAULT_TOKEN, DEFAULT_USER_ID, make_token, user_id_of
 
 API = "https://qstash.upstash.io"
@@ -220,6 +222,10 @@ def test_tokens_are_shaped_as_qstashs() -> None:
     assert user_id_of(DEFAULT_TOKEN) == DEFAULT_USER_ID
     assert json.loads(base64.b64decode(make_token("u1", "p"))) == {"UserID": "u1", "Password": "p"}
     assert user_id_of("my-own-token") is None
+    # What `pytest-qstash serve` generates when no token is given: a fresh user id each time.
+    generated = {user_id_of(new_token()) for _ in range(3)}
+    assert len(generated) == 3
+    assert all(uuid.UUID(str(user)).version == 4 for user in generated)
 
 
 def test_a_users_own_token_still_works() -> None:
