@@ -144,3 +144,43 @@ def test_the_python_side_sees_the_wait_and_notifies_it(
 
     assert node.records("wait", "resumed") == [{"eventData": {"ok": True}, "timedOut": False}]
     assert list(qstash_server.waiters) == []
+
+
+def test_parallel_waits_resume_one_by_one(node: NodeHarness, qstash_server: ServerProcess) -> None:
+    run_id = node.trigger("waitBoth", {"first": "a-done", "second": "b-done"})
+    qstash_server.drain()
+    assert sorted(w.event_id for w in qstash_server.waiters) == ["a-done", "b-done"]
+
+    node.call("notify", {"eventId": "b-done", "eventData": "B"})
+    qstash_server.drain()
+    assert node.records("waitBoth") == []  # one of two: the run still waits
+    assert [w.event_id for w in qstash_server.waiters] == ["a-done"]
+
+    qstash_server.advance("1d")  # the first wait times out
+
+    assert node.records("waitBoth", "resumed") == [
+        [{"timeout": True}, {"eventData": "B", "timeout": False}]
+    ]
+    assert qstash_server.runs.one(run_id=run_id).state == "RUN_SUCCESS"
+
+
+def test_a_webhook_called_before_the_wait_is_kept_and_an_uncalled_one_times_out(
+    node: NodeHarness, qstash_server: ServerProcess
+) -> None:
+    early = node.trigger("webhook", {"sleepFirst": "1h"})
+    late = node.trigger("webhook", {"sleepFirst": "1h"})
+    qstash_server.drain(within="10m")  # both sleep for an hour before waiting
+    urls = dict(zip([early, late], node.records("webhook", "url"), strict=True))
+    for run_id, url in urls.items():
+        assert f"/{run_id}/" in url
+
+    assert httpx.post(urls[early], content=b"early").status_code == 200  # nobody waits yet
+    qstash_server.advance("1h")  # both wait: the early call resumes its run at once
+    assert node.records("webhook", "request") == [
+        {"method": "POST", "url": urls[early], "header": None, "body": "early"}
+    ]
+
+    qstash_server.advance("1h")  # the other one's wait times out
+
+    assert node.records("webhook", "request")[1] == {"timeout": True}
+    assert {run.state for run in qstash_server.runs} == {"RUN_SUCCESS"}

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
-from qstash import QStash
+from qstash import AsyncQStash, QStash
 from qstash.errors import QStashError
 
 from pytest_qstash import FakeQStash
 from pytest_qstash.report import section
+from pytest_qstash.server.cli import _new_token as new_token
 from pytest_qstash.state.account import DEFAULT_TOKEN, DEFAULT_USER_ID, make_token, user_id_of
 
 API = "https://qstash.upstash.io"
@@ -55,6 +57,12 @@ def start_waiting(
     """A run that starts and waits for ``event_id``, as the TypeScript SDK's waitForEvent."""
     run_id = qstash.trigger(FLOW, {"order": 7}, run_id=run_id)
     qstash.tick()
+    send_wait(qstash, run_id, event_id, timeout)
+    return run_id
+
+
+def send_wait(qstash: FakeQStash, run_id: str, event_id: str, timeout: str | None = None) -> None:
+    """The TypeScript SDK's ``POST /v2/wait/{eventId}`` for the run."""
     body: dict[str, Any] = {
         "url": FLOW,
         "timeoutUrl": FLOW,
@@ -76,7 +84,6 @@ def start_waiting(
         },
     )
     assert answer.status_code == 200, answer.text
-    return run_id
 
 
 def test_a_notify_resumes_the_wait_with_its_data(
@@ -196,6 +203,9 @@ def test_a_webhook_call_resumes_the_run_without_a_token(qstash: FakeQStash, rout
     hook = f"{API}/v2/workflows/hooks/{DEFAULT_USER_ID}/{run_id}/evt_hook"
 
     assert httpx.get(f"{API}/v2/workflows/hooks/someone-else/{run_id}/evt_hook").status_code == 404
+    malformed = httpx.post(f"{API}/v2/workflows/hooks/{DEFAULT_USER_ID}/{run_id}")
+    assert malformed.status_code == 404
+    assert "is not a webhook URL" in malformed.json()["error"]
     answer = httpx.patch(f"{hook}?a=1", content=b"payload", headers={"X-Sig": "s"})
     assert answer.status_code == 200, answer.text
     qstash.tick()
@@ -212,6 +222,10 @@ def test_tokens_are_shaped_as_qstashs() -> None:
     assert user_id_of(DEFAULT_TOKEN) == DEFAULT_USER_ID
     assert json.loads(base64.b64decode(make_token("u1", "p"))) == {"UserID": "u1", "Password": "p"}
     assert user_id_of("my-own-token") is None
+    # What `pytest-qstash serve` generates when no token is given: a fresh user id each time.
+    generated = {user_id_of(new_token()) for _ in range(3)}
+    assert len(generated) == 3
+    assert all(uuid.UUID(str(user)).version == 4 for user in generated)
 
 
 def test_a_users_own_token_still_works() -> None:
@@ -219,3 +233,30 @@ def test_a_users_own_token_still_works() -> None:
         answer = httpx.get(f"{API}/v2/waiters/x", headers={"Authorization": "Bearer my-own-token"})
         assert (answer.status_code, answer.json()) == (200, [])
         assert fake.account.user_id is None
+
+
+def test_the_resumed_step_reads_as_the_events_data(qstash: FakeQStash, route: Route) -> None:
+    run_id = start_waiting(qstash, "order-7-paid")
+    qstash.notify("order-7-paid", {"amount": 10})
+    qstash.tick()
+
+    [step] = qstash.runs.one(run_id=run_id).steps
+    assert (step.name, step.type, step.out) == ("wait for payment", "Wait", {"amount": 10})
+    assert step.raw["waitTimeout"] is False
+
+
+@pytest.mark.asyncio
+async def test_the_async_sdk_notifies_a_run_that_waits(
+    qstash: FakeQStash, route: Route, aclient: AsyncQStash
+) -> None:
+    run_id = qstash.trigger(FLOW, {"order": 9})
+    await qstash.atick()
+    send_wait(qstash, run_id, "async-paid")
+
+    answer = await aclient.http.request(
+        path=f"/v2/notify/{run_id}/async-paid", method="POST", body="ok"
+    )
+    await qstash.atick()
+
+    assert answer["messageId"] == qstash.runs.one(run_id=run_id).steps[0].message_id
+    assert base64.b64decode(route.last_step["out"]) == b"ok"

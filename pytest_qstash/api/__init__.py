@@ -117,11 +117,7 @@ _TABLE: list[tuple[str, str, Handler]] = [
     ("GET", r"/v2/waiters/(?P<event_id>[^/]+)", waiters.list_waiters),
     # A webhook (context.createWebhook) takes any method, and no token (see _authenticate).
     *[
-        (
-            method,
-            r"/v2/workflows/hooks/(?P<user_id>[^/]+)/(?P<run_id>[^/]+)/(?P<event_id>[^/]+)",
-            waiters.webhook,
-        )
+        (method, r"/v2/workflows/hooks/(?P<hook>.*)", waiters.webhook)
         for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
     ],
 ]

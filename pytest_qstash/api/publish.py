@@ -30,7 +30,10 @@ INVALID_DESTINATION = (
 def publish(store: Store, request: httpx.Request, destination: str) -> httpx.Response:
     opts = _checked_options(store, _request_options(request))
     # A workflow's context.invoke: the invoked run starts with the body inside the envelope.
-    content, invoker = unwrap_invocation(opts.workflow_headers, request.content)
+    try:
+        content, invoker = unwrap_invocation(opts.workflow_headers, request.content)
+    except InvalidOption as exc:
+        raise ApiError(400, str(exc)) from None
     check_message(store, opts, content)
     results = _publish(store, destination, opts, content, queue=None, daily=True)
     if invoker is not None:

@@ -82,11 +82,18 @@ def list_waiters(store: Store, request: httpx.Request, event_id: str) -> httpx.R
     return json_response([rules.waiter_json(w) for w in store.waiters.of_event(event_id)])
 
 
-def webhook(
-    store: Store, request: httpx.Request, user_id: str, run_id: str, event_id: str
-) -> httpx.Response:
-    """A call to a webhook URL: the run's ``waitForWebhook`` resumes with the request (or
-    takes it when it waits later). 404 for another account's user id."""
+def webhook(store: Store, request: httpx.Request, hook: str) -> httpx.Response:
+    """A call to a webhook URL (``hook`` is ``{userId}/{runId}/{eventId}``): the run's
+    ``waitForWebhook`` resumes with the request (or takes it when it waits later). 404 for a
+    path of another shape or another account's user id."""
+    parts = hook.split("/")
+    if len(parts) != 3 or not all(parts):
+        raise ApiError(
+            404,
+            f"{request.method} {WEBHOOK_PREFIX}{hook} is not a webhook URL: expected "
+            f"{WEBHOOK_PREFIX}{{userId}}/{{workflowRunId}}/{{eventId}}",
+        )
+    user_id, run_id, event_id = parts
     own = store.account.user_id
     if own is not None and user_id != own:
         raise ApiError(404, f"no webhook for user {user_id!r} on this account")

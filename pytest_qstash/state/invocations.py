@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from .models import Message, ms_to_datetime
-from .options import parse_options
+from .options import InvalidOption, parse_options
 
 if TYPE_CHECKING:
     from .store import Store
@@ -52,7 +53,8 @@ class Invoker:
 def unwrap(workflow_headers: Mapping[str, str], content: bytes) -> tuple[bytes, Invoker | None]:
     """For a publish that starts an invoked run: the invoked run's own body and its invoker.
     Any other publish is returned as it is, with None. An envelope that is not one (not JSON,
-    no invoker run id) is kept as the body: the run starts, only it has no invoker."""
+    no invoker run id) is kept as the body: the run starts, only it has no invoker.
+    ``InvalidOption`` when the invoker could not be resumed (its URL or headers)."""
     if workflow_headers.get(_INVOKE, "").strip().lower() != "true":
         return content, None
     if workflow_headers.get(_INIT, "").strip().lower() != "true":
@@ -72,13 +74,21 @@ def unwrap(workflow_headers: Mapping[str, str], content: bytes) -> tuple[bytes, 
         inner = json.dumps(body).encode()
     created = envelope.get("workflowRunCreatedAt")
     step = envelope.get("step")
+    url = envelope.get("workflowUrl")
+    if not (
+        isinstance(url, str) and url.startswith(("http://", "https://")) and urlsplit(url).hostname
+    ):
+        raise InvalidOption(
+            f"invalid invoke: the invoker's workflowUrl {url!r} is not an http(s) URL"
+        )
     invoker = Invoker(
         run_id=envelope["workflowRunId"],
-        url=str(envelope.get("workflowUrl") or ""),
+        url=url,
         created_ms=created if isinstance(created, int) else None,
         step=dict(step) if isinstance(step, dict) else {},
         headers=_single_values(envelope.get("headers")),
     )
+    parse_options(invoker.headers)  # what resumes the invoker must be publishable: now, or 400
     return inner, invoker
 
 

@@ -73,11 +73,12 @@ class WorkflowStep:
 
     step_id: int
     name: str
-    #: The SDK's step type: ``Run``, ``SleepFor``, ``SleepUntil``, ``Call`` (``Wait`` and
-    #: ``Notify`` exist only in the TypeScript SDK).
+    #: The SDK's step type: ``Run``, ``SleepFor``, ``SleepUntil``, ``Call``; the TypeScript
+    #: SDK's ``Wait``, ``WaitForWebhook``, ``CreateWebhook``, ``Notify``, ``Invoke`` too.
     type: str
     #: The step's result, decoded from the JSON string the SDK stores it as (``None`` for a
-    #: sleep; for a call, ``{"status", "body" (text), "header"}``).
+    #: sleep; for a call, ``{"status", "body" (text), "header"}``; for a notified wait, the
+    #: event's data; for an ``Invoke``, ``{"body", "isFailed", "isCanceled"}``).
     out: Any
     concurrent: int
     sleep_for: int | str | None
@@ -534,6 +535,11 @@ def _entry_json(message: Message, call_type: str) -> str:
     return json.dumps(entry, separators=(",", ":"))
 
 
+#: Step types whose ``out`` QStash sets, base64: a notified wait's event data, a webhook's
+#: request.
+_BASE64_OUT = frozenset({"Wait", "WaitForWebhook"})
+
+
 def _decode_step(message: Message) -> WorkflowStep | None:
     """A step message's JSON as a ``WorkflowStep``; None for a body that is not one."""
     try:
@@ -543,6 +549,9 @@ def _decode_step(message: Message) -> WorkflowStep | None:
     if not isinstance(raw, dict) or "stepName" not in raw:
         return None
     out = raw.get("out")
+    if isinstance(out, str) and raw.get("stepType") in _BASE64_OUT:
+        with contextlib.suppress(ValueError):  # a wait's out is the event's data, base64
+            out = base64.b64decode(out, validate=True).decode("utf-8")
     if isinstance(out, str):
         with contextlib.suppress(ValueError):  # not JSON: kept as text, as the SDK does
             out = json.loads(out)

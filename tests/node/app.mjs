@@ -66,6 +66,15 @@ const WORKFLOWS = {
     await context.run("after wait", () => record("wait", "resumed", { eventData, timedOut }));
     return { eventData, timedOut };
   }),
+  // Two waits in parallel: each resumed on its own, the run goes on with both.
+  waitBoth: createWorkflow(async (context) => {
+    const { first, second } = context.requestPayload;
+    const [a, b] = await Promise.all([
+      context.waitForEvent("wait first", first, { timeout: "1d" }),
+      context.waitForEvent("wait second", second, { timeout: "2d" }),
+    ]);
+    await context.run("after both", () => record("waitBoth", "resumed", [a, b]));
+  }),
   // notify from a step: every waiter of the event.
   notifier: createWorkflow(async (context) => {
     const { eventId, eventData } = context.requestPayload;
@@ -76,6 +85,8 @@ const WORKFLOWS = {
   webhook: createWorkflow(async (context) => {
     const webhook = await context.createWebhook("create webhook");
     await context.run("publish webhook url", () => record("webhook", "url", webhook.webhookUrl));
+    const { sleepFirst } = context.requestPayload ?? {};
+    if (sleepFirst) await context.sleep("before waiting", sleepFirst);
     const { request, timeout } = await context.waitForWebhook("wait for webhook", webhook, "1h");
     const seen = timeout
       ? { timeout }
