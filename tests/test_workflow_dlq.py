@@ -601,3 +601,24 @@ async def test_the_workflow_dlq_through_the_async_client(
         path="/v2/workflows/dlq", method="DELETE", params={"workflowRunId": run_id}
     )
     assert deleted == {"deleted": 1}
+
+
+@at_start
+def test_a_failure_function_call_in_progress_can_be_cancelled(qstash: FakeQStash) -> None:
+    journal, received = Journal(), []  # type: list[dict[str, Any]]
+    qstash.mount(APP, brittle_app(journal))
+    qstash.mount(ALERTS, alerts_app([500, 500], received))
+    qstash.trigger(f"{APP}/brittle", {}, retries=1, failure_url=f"{ALERTS}/alert")
+    qstash.advance("25s")  # "two" failed twice (at 10 s and 22 s); its failure call once
+    (item,) = qstash.workflow_dlq
+    assert item.failure_function_state == "CALLBACK_INPROGRESS"
+
+    cancel = api(qstash, "DELETE", f"/v2/workflows/dlq/callback/{item.dlq_id}")
+    qstash.advance("1h")
+
+    assert cancel.status_code == 302
+    assert item.failure_function_state == "CALLBACK_CANCELED"
+    assert len(received) == 1  # the retry it had planned never came
+    again = api(qstash, "DELETE", f"/v2/workflows/dlq/callback/{item.dlq_id}")
+    assert again.status_code == 400
+    assert "CALLBACK_CANCELED" in again.json()["error"]
