@@ -487,6 +487,7 @@ class WorkflowRuns:
             return []
         run.state = "RUN_FAILED"
         run.completed_ms = now_ms
+        self._ended(run)
         return [m for m in run.messages if not m.done]
 
     def message_failed(self, message: Message, entry: DlqEntry, now_ms: int) -> None:
