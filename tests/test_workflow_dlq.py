@@ -622,3 +622,40 @@ def test_a_failure_function_call_in_progress_can_be_cancelled(qstash: FakeQStash
     again = api(qstash, "DELETE", f"/v2/workflows/dlq/callback/{item.dlq_id}")
     assert again.status_code == 400
     assert "CALLBACK_CANCELED" in again.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "kwargs", "says"),
+    [
+        ("POST", "/v2/trigger/not-a-url", {}, "invalid workflow url"),
+        ("POST", f"/v2/trigger/{APP}/x", {"headers": {"Upstash-Retries": "-1"}}, "Retries"),
+        ("POST", "/v2/batch/trigger", {"content": b"{"}, "invalid JSON"),
+        ("POST", "/v2/batch/trigger", {"json": [{"body": "x"}]}, "destination at [0]"),
+        (
+            "POST",
+            "/v2/batch/trigger",
+            {
+                "json": [
+                    {"destination": APP},
+                    {"destination": APP, "headers": {"Upstash-Delay": "x"}},
+                ]
+            },
+            "headers at [1]",
+        ),
+        ("GET", "/v2/workflows/dlq?count=many", {}, "count"),
+        ("GET", "/v2/workflows/dlq?cursor=abc", {}, "cursor"),
+        ("GET", "/v2/workflows/dlq?source=qstash", {}, "source"),
+        ("GET", "/v2/workflows/dlq?nope=1", {}, "unknown workflow DLQ filter 'nope'"),
+        ("GET", "/v2/workflows/logs?workflowRuns=x@y", {}, "workflowRuns"),
+        ("DELETE", "/v2/workflows/runs?count=-2", {}, "count"),
+        ("POST", "/v2/workflows/dlq/resume?dlqIds=1-1", {}, "DLQ message 1-1 not found"),
+    ],
+)
+def test_bad_requests_get_a_clear_4xx_and_start_nothing(
+    qstash: FakeQStash, method: str, path: str, kwargs: dict[str, Any], says: str
+) -> None:
+    response = api(qstash, method, path, **kwargs)
+
+    assert 400 <= response.status_code < 500, response.text
+    assert says in response.json()["error"]
+    assert list(qstash.runs) == []

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from ..state.options import InvalidOption
+from ..state.options import InvalidOption, parse_options
 from ..state.store import Store
 from ..state.trigger import trigger_request
 from ._http import ApiError, json_response, read_json
@@ -45,6 +45,10 @@ def batch_trigger(store: Store, request: httpx.Request) -> httpx.Response:
             isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
         ):
             raise ApiError(400, f"invalid headers at [{position}]: expected strings by name")
+        try:
+            parse_options(headers)  # a bad option fails the call before any run starts
+        except InvalidOption as exc:
+            raise ApiError(400, f"invalid headers at [{position}]: {exc}") from None
         requests.append((destination, body.encode(), httpx.Headers(headers)))
     out: list[dict[str, Any]] = []
     for destination, content, headers in requests:
