@@ -3,6 +3,7 @@ TypeScript SDK (``@upstash/workflow``'s ``Client``) against the server."""
 
 from __future__ import annotations
 
+import httpx
 from node_support import NodeHarness
 
 from pytest_qstash.server import ServerProcess
@@ -104,3 +105,16 @@ def test_parallel_steps_are_one_parallel_group_in_the_logs(
         "right",
         "rest",
     ]
+
+
+def test_the_servers_trigger_keeps_labels_for_the_logs(qstash_server: ServerProcess) -> None:
+    qstash_server.reset()
+    run_id = qstash_server.trigger("https://shop.test/wf", {"n": 1}, label="a,b")
+
+    assert qstash_server.runs.one(run_id=run_id).labels == ["a", "b"]
+    logs = httpx.get(
+        f"{qstash_server.url}/v2/workflows/logs",
+        params={"label": "b"},
+        headers={"Authorization": f"Bearer {qstash_server.token}"},
+    ).json()
+    assert [r["workflowRunId"] for r in logs["runs"]] == [run_id]

@@ -246,6 +246,7 @@ class QStashServerApp:
                 run_id=body.get("run_id"),
                 retries=body.get("retries"),
                 failure_url=body.get("failure_url"),
+                label=body.get("label"),
             )
             if self._wake is not None:
                 self._wake.set()

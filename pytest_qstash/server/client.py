@@ -190,12 +190,20 @@ class Client:
         *,
         run_id: str | None = None,
         retries: int | None = None,
+        label: str | None = None,
     ) -> str:
         """Start an Upstash Workflow run at ``url``; returns its run id."""
         answer = self._call(
             "POST",
             "trigger",
-            {"url": url, "body": body, "headers": headers, "run_id": run_id, "retries": retries},
+            {
+                "url": url,
+                "body": body,
+                "headers": headers,
+                "run_id": run_id,
+                "retries": retries,
+                "label": label,
+            },
         )
         return str(answer["run_id"])
 
