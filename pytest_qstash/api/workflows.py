@@ -1,6 +1,7 @@
 """Upstash Workflow endpoints: ending and cancelling runs, the run logs.
 
-Waits, notifies and webhooks are in ``waiters.py``.
+Waits, notifies and webhooks are in ``waiters.py``; the workflow DLQ in ``workflow_dlq.py``;
+the trigger endpoints in ``workflow_runs.py``.
 """
 
 from __future__ import annotations

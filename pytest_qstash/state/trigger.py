@@ -35,9 +35,11 @@ def trigger_run(
 ) -> str:
     """Start a run at ``url`` as a workflow client does, under a run id chosen here.
 
-    As the Upstash workflow client does, the first delivery's failure callback goes to
-    ``failure_url``, by default the workflow URL itself (where ``serve()``'s
-    ``failure_function`` answers it); ``failure_url=False`` sets none.
+    As the Upstash workflow client does, the init announces ``WF_TriggerOnConfig``: its
+    retries, label and a ``failure_url`` given hold for every later step that does not set
+    its own (``RunSettings``). The default failure URL, the workflow URL itself (where
+    ``serve()``'s ``failure_function`` answers it), is the first delivery's only;
+    ``failure_url=False`` sets none.
 
     The run's first message is an init message that already carries the protocol version
     (``Upstash-Forward-Upstash-Workflow-Sdk-Version: 1``): its delivery is the steps array
