@@ -20,6 +20,7 @@ _WHERE = {
     "FakeQStash": ".fake",
     "QStashOutsideFakeWarning": ".intercept",
     "Found": ".query",
+    "Invoker": ".state.invocations",
     "ApiCall": ".state.models",
     "Delivery": ".state.models",
     "DeliveryKind": ".state.models",
@@ -28,10 +29,13 @@ _WHERE = {
     "FlowControl": ".state.models",
     "Message": ".state.models",
     "MessageState": ".state.models",
+    "Waiter": ".state.models",
     "Queue": ".state.queues",
     "Schedule": ".state.schedules",
     "Endpoint": ".state.url_groups",
     "UrlGroup": ".state.url_groups",
+    "WorkflowDlqEntry": ".state.workflow_dlq",
+    "StepGroup": ".state.workflows",
     "WorkflowRun": ".state.workflows",
     "WorkflowStep": ".state.workflows",
 }
@@ -52,6 +56,7 @@ if TYPE_CHECKING:
     from .fake import FakeQStash
     from .intercept import QStashOutsideFakeWarning
     from .query import Found
+    from .state.invocations import Invoker
     from .state.models import (
         ApiCall,
         Delivery,
@@ -61,11 +66,13 @@ if TYPE_CHECKING:
         FlowControl,
         Message,
         MessageState,
+        Waiter,
     )
     from .state.queues import Queue
     from .state.schedules import Schedule
     from .state.url_groups import Endpoint, UrlGroup
-    from .state.workflows import WorkflowRun, WorkflowStep
+    from .state.workflow_dlq import WorkflowDlqEntry
+    from .state.workflows import StepGroup, WorkflowRun, WorkflowStep
 
 __all__ = [
     "ApiCall",
@@ -82,6 +89,7 @@ __all__ = [
     "Fault",
     "FlowControl",
     "Found",
+    "Invoker",
     "LifespanError",
     "Message",
     "MessageState",
@@ -90,8 +98,11 @@ __all__ = [
     "Queue",
     "ReentrantCallError",
     "Schedule",
+    "StepGroup",
     "UnroutedDeliveryError",
     "UrlGroup",
+    "Waiter",
+    "WorkflowDlqEntry",
     "WorkflowRun",
     "WorkflowStep",
     "parse_duration_ms",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import json
 import math
 import re
 import sys
@@ -19,6 +20,7 @@ import httpx
 from . import api, hosts, httpx2_support, sslcache
 from .api._http import request_path
 from .api.faults import Fault, FaultTable
+from .api.waiters import notify_answer
 from .appclock import AppClock, NoAppClock, make_app_clock
 from .delivery.dispatcher import Dispatcher, DispatchSettings
 from .delivery.handler_time import HandlerDuration, HandlerTimes
@@ -28,6 +30,8 @@ from .durations import Duration, parse_duration_ms
 from .errors import AsyncContextError, DeliveryLoopError
 from .intercept import QStashRouter
 from .query import Found
+from .state import waiters as waits
+from .state import workflow_dlq
 from .state.account import Account
 from .state.clock import DueEvent, VirtualClock
 from .state.dedup import DEFAULT_DEDUP_WINDOW_MS
@@ -40,8 +44,10 @@ from .state.models import (
     DlqEntry,
     Event,
     Message,
+    Waiter,
     ms_to_datetime,
 )
+from .state.options import InvalidOption
 from .state.plans import DEFAULT_PLAN, plan_named
 from .state.queues import Queue
 from .state.retry import DEFAULT_RETRIES
@@ -49,6 +55,7 @@ from .state.schedules import Schedule
 from .state.store import Store
 from .state.trigger import trigger_run
 from .state.url_groups import UrlGroup
+from .state.workflow_dlq import WorkflowDlqEntry
 from .state.workflows import WorkflowRun
 
 #: How many API calls ``qstash.api_calls`` keeps (the newest).
@@ -344,7 +351,11 @@ class FakeQStash:
         self._api_calls.append(
             ApiCall(*sent(kept), at_ms, response.status_code, response.headers, response.content)
         )
-        if request.method == "GET" and response.status_code == 200 and path.startswith("/v2/dlq"):
+        if (
+            request.method == "GET"
+            and response.status_code == 200
+            and path.startswith(("/v2/dlq", "/v2/workflows/dlq"))
+        ):
             self._dlq_read.update(self.store.dlq)  # listed (or fetched) through the API
         return response
 
@@ -505,8 +516,8 @@ class FakeQStash:
     def _scheduled_work(self, event: DueEvent) -> bool:
         """A cron firing, or a delivery a firing led to (its message, a follow-up its handler
         published, their retries and callbacks): what never lets a schedule be idle."""
-        if event.kind == "cron":
-            return True
+        if event.kind in ("cron", "wait"):
+            return True  # a wait's timeout neither: a drain stops where the run waits
         message = self.store.messages.get(event.target) if event.kind != "flow" else None
         return message is not None and message.from_schedule
 
@@ -598,6 +609,55 @@ class FakeQStash:
         """Upstash Workflow runs, in the order they started."""
         return Found(self.store.workflows.runs.values(), "workflow run")
 
+    @property
+    def workflow_dlq(self) -> Found[WorkflowDlqEntry]:
+        """The workflow DLQ: the runs that failed, by the DLQ entry of the message that
+        failed each (what ``GET /v2/workflows/dlq`` lists), in the order they failed. Each
+        entry is in ``qstash.dlq`` too."""
+        found = list(workflow_dlq.entries(self.store))
+        self._dlq_read.update(item.dlq_id for item in found)
+        return Found(found, "workflow DLQ entry")
+
+    def resume_run(
+        self, dlq_id: str, *, retries: int | None = None, headers: dict[str, str] | None = None
+    ) -> WorkflowRun:
+        """What ``POST /v2/workflows/dlq/resume/{dlq_id}`` does: a new run (a new run id)
+        that goes on from the step that failed, the steps that succeeded kept. ``retries``
+        and ``headers`` (``Upstash-*`` overrides: ``Upstash-Retry-Delay``, ``Upstash-Label``,
+        ``Upstash-Flow-Control-Key``, ...) replace the run's settings. Its first delivery is
+        due now."""
+        return self._continue_run(workflow_dlq.resume, dlq_id, retries, headers)
+
+    def restart_run(
+        self, dlq_id: str, *, retries: int | None = None, headers: dict[str, str] | None = None
+    ) -> WorkflowRun:
+        """What ``POST /v2/workflows/dlq/restart/{dlq_id}`` does: a new run from the start,
+        with the failed run's initial payload and headers."""
+        return self._continue_run(workflow_dlq.restart, dlq_id, retries, headers)
+
+    def retry_failure_function(self, dlq_id: str) -> WorkflowRun:
+        """What ``POST /v2/workflows/dlq/callback/{dlq_id}`` does: call the failed run's
+        failure function (or failure URL) again, once its call has failed
+        (``failure_function_state == "CALLBACK_FAIL"``; a ``ValueError`` otherwise)."""
+        return workflow_dlq.retry_failure_function(self.store, _dlq_id(dlq_id))
+
+    def _continue_run(
+        self,
+        action: Callable[..., WorkflowRun],
+        dlq_id: str,
+        retries: int | None,
+        headers: dict[str, str] | None,
+    ) -> WorkflowRun:
+        overrides = dict(headers or {})
+        if retries is not None:
+            if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+                raise ValueError(f"invalid retries {retries!r}: expected an int >= 0")
+            overrides["Upstash-Retries"] = str(retries)
+        try:
+            return action(self.store, _dlq_id(dlq_id), overrides)
+        except InvalidOption as exc:
+            raise ValueError(str(exc)) from None
+
     # -- the outside world ------------------------------------------------------------------
     def trigger(
         self,
@@ -608,17 +668,19 @@ class FakeQStash:
         run_id: str | None = None,
         retries: int | None = None,
         failure_url: str | Literal[False] | None = None,
+        label: str | None = None,
     ) -> str:
         """Start an Upstash Workflow run at ``url`` as a workflow client would; returns its
         run id. The run exists at once (``qstash.runs``); its first delivery is due now.
 
         ``body``: the initial payload (``str``/``bytes`` as is, anything else as JSON);
         ``headers`` reach the route function as request headers; ``run_id`` chooses the id.
-        ``retries`` (default 3) and ``failure_url`` apply to the first delivery only: every
-        later step takes them from the app's ``serve()`` options, as on QStash. As the
-        workflow client does, a first step that fails for good calls ``failure_url``, by
-        default the workflow URL itself, where ``serve()``'s ``failure_function`` answers;
-        ``failure_url=False`` sets none.
+        As ``@upstash/workflow``'s ``client.trigger`` does, ``retries`` (default 3), a
+        ``failure_url`` given and ``label`` (``"a,b"``: the labels ``a`` and ``b``) hold for
+        every step of the run that the app's ``serve()`` options do not set itself. By
+        default the failure URL is the workflow URL itself (where ``serve()``'s
+        ``failure_function`` answers), for the first delivery only: a ``serve()`` with a
+        failure function sends its own with every step. ``failure_url=False`` sets none.
         """
         return trigger_run(
             self.store,
@@ -628,16 +690,49 @@ class FakeQStash:
             run_id=run_id,
             retries=retries,
             failure_url=failure_url,
+            label=label,
         )
 
-    def notify(self, event_id: str, data: Any = None) -> list[dict[str, Any]]:
-        """What ``POST /v2/notify/{event_id}`` does: returns one answer per run waiting for
-        the event. Only TypeScript SDK runs can wait (the Python SDK has no
-        ``wait_for_event``), and waits are not served here, so this is always ``[]``: the
-        event is lost, as QStash loses an event nobody waits for."""
-        if not isinstance(event_id, str) or not event_id:
-            raise ValueError(f"invalid event id {event_id!r}: expected a non-empty string")
-        return []
+    def notify(
+        self, event_id: str, data: Any = None, *, run_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """What ``POST /v2/notify/{event_id}`` does: every run waiting for the event (a
+        TypeScript SDK ``context.waitForEvent``) resumes with ``data`` as the event's data;
+        the event is lost when none waits. With ``run_id``, what ``POST
+        /v2/notify/{run_id}/{event_id}`` does: that run resumes if it waits for the event,
+        else the event is kept for its next wait of it.
+
+        ``data``: ``str``/``bytes`` as is, anything else as JSON. Returns the API's answers
+        (``NotifyResponse``), one per run reached; the resumed steps are due now (``tick()``
+        delivers them). ``ValueError`` for an empty id, or a ``run_id`` that names no run in
+        progress."""
+        for name, value in (("event id", event_id), ("run id", run_id)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ValueError(f"invalid {name} {value!r}: expected a non-empty string")
+        if data is None:
+            content = b""
+        elif isinstance(data, bytes):
+            content = data
+        elif isinstance(data, str):
+            content = data.encode()
+        else:
+            content = json.dumps(data).encode()
+        try:
+            reached = waits.notify(self.store, event_id, content, run_id=run_id)
+        except KeyError:
+            runs = ", ".join(r.run_id for r in self.store.workflows if r.active) or "none"
+            raise ValueError(
+                f"cannot notify run {run_id!r}: it is not a workflow run in progress "
+                f"(runs in progress: {runs})"
+            ) from None
+        return [notify_answer(*item) for item in reached]
+
+    @property
+    def waiters(self) -> Found[Waiter]:
+        """The workflow runs waiting for an event (``context.waitForEvent``, a webhook's
+        ``waitForWebhook``), oldest first: ``event_id``, ``run_id``, ``step_name``,
+        ``deadline``."""
+        return Found(self.store.waiters, "waiter")
 
     @property
     def token(self) -> str:
@@ -664,6 +759,12 @@ class FakeQStash:
             f"pending={pending} deliveries={len(self._dispatcher.deliveries)} "
             f"dlq={len(self.store.dlq)}>"
         )
+
+
+def _dlq_id(dlq_id: object) -> str:
+    if not isinstance(dlq_id, str) or not dlq_id:
+        raise ValueError(f"invalid DLQ id {dlq_id!r}: expected the dlq_id of a DLQ entry")
+    return dlq_id
 
 
 def _made(deliveries: list[Delivery]) -> Found[Delivery]:

@@ -84,17 +84,36 @@ def timeline(
         failed = _failing_step(store, run, (failed_steps or {}).get(run.run_id))
         at = f" at {failed[1]} (shown first, above)" if failed and run.state == "RUN_FAILED" else ""
         lines.append(f"  workflow run {run.run_id} at {run.url} {run.state}{at}; steps: {steps}")
+        for refusal in run.refused:
+            lines.append(f"    a step publish of this run was refused: {refusal}")
         if run.state == "RUN_STARTED" and _stalled_at_a_plain_endpoint(run.messages):
             lines.append(
                 "    stalled: the last delivery was answered 2xx without "
                 "Upstash-Workflow-Sdk-Version and nothing is pending: is that URL a workflow "
                 "route (serve())?"
             )
+        lines.extend(_waiting_lines(store, run))
 
     hint = _signature_hint(store)
     if hint:
         lines.append(hint)
     return "\n".join(lines)
+
+
+def _waiting_lines(store: Store, run: WorkflowRun) -> list[str]:
+    """What a run in progress waits for: the event, the step, until when, and what ends it."""
+    out = []
+    for waiter in store.waiters.of_run(run.run_id):
+        if waiter.step_type == "WaitForWebhook":
+            what, ends = "a request to its webhook", "a request to the webhook URL resumes it"
+        else:
+            what = f"event {waiter.event_id!r}"
+            ends = f"qstash.notify({waiter.event_id!r}, data) resumes it"
+        out.append(
+            f"    waiting for {what} at step {waiter.step_name!r} ({waiter.step_type}) until "
+            f"{_when(waiter.deadline_ms)}, when it times out; {ends}"
+        )
+    return out
 
 
 def _stalled_at_a_plain_endpoint(messages: Sequence[Message]) -> bool:

@@ -11,7 +11,8 @@ from reliability_apps import BASE, make_app
 
 from pytest_qstash import FakeQStash
 
-pytest_plugins = ["pytester"]
+# node_support: the TypeScript SDK fixtures (node_app, node), for the tests that ask for them.
+pytest_plugins = ["pytester", "node_support"]
 
 
 @pytest.fixture

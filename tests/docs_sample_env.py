@@ -37,6 +37,8 @@ __all__ = [
     "FakeQStash",
     "TestClient",
     "app",
+    "billing_app",
+    "card",
     "client",
     "flaky_app",
     "handler",
@@ -159,6 +161,26 @@ async def order(context: AsyncWorkflowContext[dict[str, Any]]) -> None:
         return reply.body
 
     await context.run("confirm", confirm)
+
+
+billing_app = FastAPI()
+_billing = Serve(billing_app)
+#: Whether the card is declined: the charge step fails while it is.
+card = {"declined": True}
+
+
+@_billing.post("/charge")
+async def charge_flow(context: AsyncWorkflowContext[dict[str, Any]]) -> None:
+    async def reserve() -> str:
+        return "reserved"
+
+    async def charge() -> str:
+        if card["declined"]:
+            raise RuntimeError("card declined")
+        return "charged"
+
+    await context.run("reserve", reserve)
+    await context.run("charge", charge)
 
 
 # `from myproject.main import app`, as a user's conftest writes it.

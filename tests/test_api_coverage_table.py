@@ -18,7 +18,7 @@ from pathlib import Path
 from pytest_qstash import api
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "api-coverage.md"
-_SPAN = re.compile(r"`(?:(GET|POST|PUT|PATCH|DELETE) )?(/v2[^`]*)`")
+_SPAN = re.compile(r"`(?:(GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS) )?(/v2[^`]*)`")
 
 
 def _normal(path: str) -> str:

@@ -379,13 +379,17 @@ def test_binary_response_body_is_kept_as_base64(qstash: FakeQStash, client: QSta
     assert qstash.dlq[0].response_content == b"\xff\xfe\x00oops"
 
 
-def test_the_workflow_dlq_listing_is_named_as_not_served(qstash: FakeQStash) -> None:
-    # What the TypeScript workflow client sends: not a bad filter, an unserved feature.
+def test_the_workflow_dlq_listing_lists_failed_runs_not_messages(
+    qstash: FakeQStash, client: QStash, shop: WebApp
+) -> None:
+    # What the TypeScript workflow client sends: the workflow DLQ, where a plain message's
+    # dead letter is not (tests/test_workflow_dlq.py covers failed runs).
+    dead_letters(qstash, client, f"{BASE}/http-500")
+
     response = raw(qstash, "GET", "/v2/dlq?source=workflow")
 
-    assert response.status_code == 501
-    assert "source=workflow" in response.json()["error"]
-    assert "not implemented" in response.json()["error"]
+    assert response.status_code == 200
+    assert response.json() == {"messages": []}
 
 
 def test_a_retry_delay_after_the_year_9999_is_refused(

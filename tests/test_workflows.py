@@ -512,7 +512,7 @@ def test_workflow_logs_list_runs_and_their_steps(qstash: FakeQStash, client: QSt
     assert [r["workflowRunId"] for r in only["runs"]] == [pending]
 
 
-# -- notify: no Python run can wait -------------------------------------------------------------
+# -- notify: no Python run waits (the TypeScript SDK waits: test_waiters.py) --------------------
 def test_notify_reaches_no_one(qstash: FakeQStash, client: QStash) -> None:
     assert qstash.notify("order-paid", {"amount": 10}) == []
     assert qstash.notify("order-paid") == []
@@ -524,8 +524,8 @@ def test_notify_reaches_no_one(qstash: FakeQStash, client: QStash) -> None:
     assert saved["workflowRunId"] == run_id
     with pytest.raises(QStashError, match="status: 400"):
         client.http.request(path="/v2/notify/wfr_nope/order-paid", method="POST", body="x")
-    # Waiting is the TypeScript SDK's: not served, and said so.
-    with pytest.raises(QStashError, match="status: 501"):
+    # A wait names its run in Upstash-Workflow-RunId: without one, there is nothing to resume.
+    with pytest.raises(QStashError, match=r"status: 400.*Invalid workflow run ID"):
         client.http.request(path="/v2/wait/order-paid", method="POST", body="{}")
 
 

@@ -31,6 +31,9 @@ from . import (
     queues,
     schedules,
     url_groups,
+    waiters,
+    workflow_dlq,
+    workflow_runs,
     workflows,
 )
 from ._http import ApiError, error_response, request_path
@@ -91,25 +94,43 @@ _TABLE: list[tuple[str, str, Handler]] = [
     ("GET", r"/v2/schedules/(?P<schedule_id>[^/]+)", schedules.get_schedule),
     ("DELETE", r"/v2/schedules/(?P<schedule_id>[^/]+)", schedules.delete_schedule),
     ("POST", r"/v2/schedules/(?P<destination>.+)", schedules.create_schedule),
+    # The workflow DLQ: the action routes before the per-id ones ("resume" reads as an id).
+    ("GET", r"/v2/workflows/dlq/?", workflow_dlq.list_entries),
+    ("DELETE", r"/v2/workflows/dlq/?", workflow_dlq.delete_entries),
+    ("POST", r"/v2/workflows/dlq/resume/?", workflow_dlq.resume_many),
+    ("POST", r"/v2/workflows/dlq/resume/(?P<dlq_id>[^/]+)", workflow_dlq.resume_one),
+    ("POST", r"/v2/workflows/dlq/restart/?", workflow_dlq.restart_many),
+    ("POST", r"/v2/workflows/dlq/restart/(?P<dlq_id>[^/]+)", workflow_dlq.restart_one),
+    ("POST", r"/v2/workflows/dlq/callback/(?P<dlq_id>[^/]+)", workflow_dlq.retry_callback),
+    (
+        "DELETE",
+        r"/v2/workflows/dlq/callback/(?P<dlq_id>[^/]+)",
+        workflow_dlq.cancel_callback,
+    ),
+    ("GET", r"/v2/workflows/dlq/(?P<dlq_id>[^/]+)", workflow_dlq.get_entry),
+    ("DELETE", r"/v2/workflows/dlq/(?P<dlq_id>[^/]+)", workflow_dlq.delete_entry),
+    ("POST", r"/v2/trigger/(?P<destination>.+)", workflow_runs.trigger),
+    ("POST", r"/v2/batch/trigger/?", workflow_runs.batch_trigger),
     ("DELETE", r"/v2/workflows/runs/(?P<run_id>[^/]+)", workflows.end_run),
     ("DELETE", r"/v2/workflows/runs/?", workflows.cancel_runs),
     ("GET", r"/v2/workflows/runs/(?P<run_id>[^/]+)", workflows.get_run_steps),
     ("GET", r"/v2/workflows/(?:logs|events)/?", workflows.list_logs),
-    ("POST", r"/v2/notify/(?P<run_id>[^/]+)/(?P<event_id>[^/]+)", workflows.notify_run),
-    ("POST", r"/v2/notify/(?P<event_id>[^/]+)", workflows.notify_event),
-    ("GET", r"/v2/waiters/(?P<event_id>[^/]+)", workflows.list_waiters),
+    ("POST", r"/v2/wait/(?P<event_id>[^/]+)", waiters.wait),
+    ("POST", r"/v2/notify/(?P<run_id>[^/]+)/(?P<event_id>[^/]+)", waiters.notify_run),
+    ("POST", r"/v2/notify/(?P<event_id>[^/]+)", waiters.notify_event),
+    ("GET", r"/v2/waiters/(?P<event_id>[^/]+)", waiters.list_waiters),
+    # A webhook (context.createWebhook) takes any method, and no token (see _authenticate).
+    *[
+        (method, r"/v2/workflows/hooks/(?P<hook>.*)", waiters.webhook)
+        for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+    ],
 ]
 _ROUTES = [(method, re.compile(pattern), handler) for method, pattern, handler in _TABLE]
 
 _log = logging.getLogger("pytest_qstash")
 
 #: QStash resources this fake does not serve yet: answered 501 with the endpoint named.
-_NOT_YET = (
-    "/v2/workflows",  # the workflow DLQ (resume, restart, callback) and webhooks
-    "/v2/trigger",
-    "/v2/batch/trigger",
-    "/v2/wait",
-)
+_NOT_YET: tuple[str, ...] = ()
 
 
 def handle(
@@ -122,7 +143,8 @@ def handle(
     path, _, query = request_path(request).partition("?")
     endpoint = f"{request.method} {path}"
     try:
-        _authenticate(store, request)
+        if not path.startswith(waiters.WEBHOOK_PREFIX):  # called by third parties, no token
+            _authenticate(store, request)
     except ApiError as exc:
         response = error_response(exc.status, exc.message)
         _record_rejection(store, request, response)
@@ -147,6 +169,7 @@ def handle(
         )
     if not 200 <= response.status_code < 300:
         _record_rejection(store, request, response)
+        workflows.note_refused_step(store, request, response)
     return response
 
 
@@ -210,10 +233,10 @@ def _route(method: str, path: str, query: str, endpoint: str) -> tuple[Handler, 
             for name, value in match.groupdict().items()
         }
         return handler, params
+    if path_matched:  # a served path, the wrong method: 405, as for every resource
+        raise ApiError(405, f"{endpoint}: method not allowed")
     if path.startswith(_NOT_YET):
         raise ApiError(501, f"{endpoint} is not implemented by pytest-qstash yet")
-    if path_matched:
-        raise ApiError(405, f"{endpoint}: method not allowed")
     raise ApiError(404, f"{endpoint} is not a QStash endpoint")
 
 

@@ -122,8 +122,9 @@ def message_fields(message: Message) -> dict[str, Any]:
         "scheduleId": message.schedule_id,
         "callback": message.callback,
         "failureCallback": message.failure_callback,
-        "label": message.label,
-        "labels": [message.label] if message.label else None,
+        # `Upstash-Label: a,b` is two labels: `label` shows the first, `labels` them all.
+        "label": message.labels[0] if message.labels else None,
+        "labels": list(message.labels) or None,
         "workflowRunId": message.workflow_run_id,
     }
     out = {k: v for k, v in fields.items() if v is not None}

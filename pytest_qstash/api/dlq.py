@@ -15,6 +15,7 @@ import httpx
 from ..state.models import DlqEntry
 from ..state.options import InvalidOption, check_due_in_range, parse_options
 from ..state.store import Store
+from . import workflow_dlq
 from ._http import (
     ApiError,
     Filters,
@@ -62,11 +63,7 @@ def dlq_json(entry: DlqEntry) -> dict[str, Any]:
 def list_dlq(store: Store, request: httpx.Request) -> httpx.Response:
     if request.url.params.get("source") == "workflow":
         # The TypeScript workflow client's DLQ listing: failed runs, not messages.
-        raise ApiError(
-            501,
-            "GET /v2/dlq?source=workflow (the workflow DLQ) is not implemented by "
-            "pytest-qstash yet",
-        )
+        return workflow_dlq.list_entries(store, request)
     filters = query_filters(request, DLQ_FILTERS, "DLQ")
     entries, cursor = _select(store, filters)
     out: dict[str, Any] = {"messages": [dlq_json(entry) for entry in entries]}

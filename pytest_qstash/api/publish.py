@@ -8,6 +8,8 @@ from typing import Any
 import httpx
 
 from ..state.deliverable import HOP_BY_HOP, Undeliverable, checked_url, is_url
+from ..state.invocations import Invoker
+from ..state.invocations import unwrap as unwrap_invocation
 from ..state.options import (
     InvalidOption,
     MessageOptions,
@@ -27,8 +29,16 @@ INVALID_DESTINATION = (
 
 def publish(store: Store, request: httpx.Request, destination: str) -> httpx.Response:
     opts = _checked_options(store, _request_options(request))
-    check_message(store, opts, request.content)
-    return _answer(_publish(store, destination, opts, request.content, queue=None, daily=True))
+    # A workflow's context.invoke: the invoked run starts with the body inside the envelope.
+    try:
+        content, invoker = unwrap_invocation(opts.workflow_headers, request.content)
+    except InvalidOption as exc:
+        raise ApiError(400, str(exc)) from None
+    check_message(store, opts, content)
+    results = _publish(store, destination, opts, content, queue=None, daily=True)
+    if invoker is not None:
+        _record_invoker(store, results, invoker)
+    return _answer(results)
 
 
 def enqueue(store: Store, request: httpx.Request, queue: str, destination: str) -> httpx.Response:
@@ -55,6 +65,15 @@ def batch(store: Store, request: httpx.Request) -> httpx.Response:
 
 
 # -- internals ------------------------------------------------------------------------------
+def _record_invoker(store: Store, results: Results, invoker: Invoker) -> None:
+    """The run an invoke started remembers its invoker (not a run that existed already)."""
+    for item in results[0]:
+        run_id = item.message.workflow_run_id
+        run = store.workflows.get(run_id) if run_id and not item.deduplicated else None
+        if run is not None and run.invoker is None:
+            run.invoker = invoker
+
+
 #: Headers of the publish request itself, never forwarded in webhook mode.
 _NOT_FORWARDED = HOP_BY_HOP | {
     "authorization",

@@ -1,21 +1,21 @@
-"""Upstash Workflow endpoints: ending and cancelling runs, the run logs, notify, waiters.
+"""Upstash Workflow endpoints: ending and cancelling runs, the run logs.
 
-Waits (``POST /v2/wait/{eventId}``) are not served: only the TypeScript SDK waits, the
-Python SDK (upstash-workflow 2.0.0) has no ``wait_for_event``. So no run ever waits here, and
-a notify reaches nobody; it is answered exactly as QStash answers a notify nobody waits for.
+Waits, notifies and webhooks are in ``waiters.py``; the workflow DLQ in ``workflow_dlq.py``;
+the trigger endpoints in ``workflow_runs.py``.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 import httpx
 
-from ..state.models import Message
-from ..state.options import MessageOptions
+from ..state.models import Delivery, Message
+from ..state.options import MessageOptions, header_lists
 from ..state.store import Store
-from ..state.workflows import NOT_FOUND, STEP, WorkflowRun
+from ..state.workflows import NOT_FOUND, STEP, WorkflowRun, WorkflowStep
 from ._http import (
     ApiError,
     Filters,
@@ -45,15 +45,63 @@ def refuse_ended_run(store: Store, opts: MessageOptions) -> None:
         raise ApiError(400, f"workflow run {run_id} is not active (state {run.state})")
 
 
+def note_refused_step(store: Store, request: httpx.Request, response: httpx.Response) -> None:
+    """A publish for an active run answered 400 (an invalid option, say): the run cannot go
+    on, as the SDK reads the answer as a cancel. End it, and keep why for the report."""
+    if response.status_code != 400 or request.method != "POST":
+        return
+    path = request.url.raw_path.decode("ascii").partition("?")[0]
+    try:
+        error = str(response.json()["error"])
+    except (ValueError, KeyError, TypeError):
+        error = response.text
+    reason = f"POST {path} answered 400: {error}"
+    for run_id in _step_run_ids(request, path):
+        run = store.workflows.get(run_id)
+        if run is not None and run.active:
+            for message in store.workflows.refuse_step(run, reason, store.clock.now_ms):
+                store.cancel(message)
+
+
+def _step_run_ids(request: httpx.Request, path: str) -> list[str]:
+    """The runs a refused publish was a later step of: from its headers, or for a batch
+    (what the SDKs publish steps with) from its items' headers."""
+    header_sets: list[Any] = [request.headers]
+    if path.rstrip("/") == "/v2/batch":
+        try:
+            items = json.loads(request.content)
+        except ValueError:
+            return []
+        if not isinstance(items, list):
+            return []
+        header_sets = [item.get("headers") for item in items if isinstance(item, dict)]
+    elif not path.startswith(("/v2/publish/", "/v2/enqueue/")):
+        return []
+    run_ids: list[str] = []
+    for headers in header_sets:
+        if not isinstance(headers, dict | httpx.Headers):
+            continue
+        lowered = {str(k).lower(): str(v) for k, v in headers.items()}
+        run_id = lowered.get("upstash-workflow-runid", "").strip()
+        if run_id and lowered.get("upstash-workflow-init", "").lower() != "true":
+            run_ids.append(run_id)
+    return list(dict.fromkeys(run_ids))
+
+
 # -- endpoints ------------------------------------------------------------------------------
 def end_run(store: Store, request: httpx.Request, run_id: str) -> httpx.Response:
     """``DELETE /v2/workflows/runs/{id}?cancel=false`` is the SDK reporting that the route
     function returned; without ``cancel=false`` (Upstash's "Cancel Workflow Run", what a test
     or an app sends by hand) it cancels the run and what it still owes."""
     run = store.workflows.get(run_id)
+    cancel = request.url.params.get("cancel", "true").lower() != "false"
+    if run is not None and not run.active and not cancel:
+        # The SDK reports the route's end again (a retried delivery, a run that a failure
+        # or a cancel ended first): the run stays as it ended, and the SDK gets no error.
+        return empty_response(200)
     if run is None or not run.active:
         raise ApiError(404, NOT_FOUND)
-    if request.url.params.get("cancel", "true").lower() != "false":
+    if cancel:
         _cancel(store, run)
     else:
         text = request.content.decode("utf-8", errors="replace")
@@ -61,13 +109,32 @@ def end_run(store: Store, request: httpx.Request, run_id: str) -> httpx.Response
     return empty_response(200)
 
 
-_CANCEL_FILTERS = ("workflowRunIds", "workflowUrl", "workflowUrlExactMatch", "fromDate", "toDate")
+_CANCEL_FILTERS = (
+    "workflowRunIds",
+    "workflowUrl",
+    "workflowUrlExactMatch",
+    "fromDate",
+    "toDate",
+    "callerIp",
+    "label",
+    "flowControlKey",
+    "count",
+    # Older clients: `urlStartingWith` (a prefix of the workflow URL), `all` (every run).
+    "urlStartingWith",
+    "all",
+)
+#: Runs a bulk cancel cancels at most, by default (the document's `count`).
+CANCEL_COUNT = 100
 
 
 def cancel_runs(store: Store, request: httpx.Request) -> httpx.Response:
     """``DELETE /v2/workflows/runs``: cancel the runs named, or those matching the filters
     (every active run when there are none); answers how many were cancelled."""
     filters = query_filters(request, _CANCEL_FILTERS, "workflow run")
+    limit = int_filter(filters, "count", minimum=1) or CANCEL_COUNT
+    filters.pop("all", None)  # every run: the same as no filter
+    if "urlStartingWith" in filters:
+        filters.setdefault("workflowUrl", []).extend(filters.pop("urlStartingWith"))
     ids = filters.get("workflowRunIds")
     if ids:
         targets = [run for run_id in ids if (run := store.workflows.get(run_id)) is not None]
@@ -76,7 +143,7 @@ def cancel_runs(store: Store, request: httpx.Request) -> httpx.Response:
         targets = [run for run in store.workflows if _matches(run, filters, exact)]
     cancelled = 0
     for run in dict.fromkeys(targets):  # a run named twice is cancelled once
-        if run.active:
+        if run.active and cancelled < limit:
             _cancel(store, run)
             cancelled += 1
     return json_response({"cancelled": cancelled})
@@ -106,6 +173,7 @@ _LOG_FILTERS = (
     "label",
     "flowControlKey",
     "callerIp",
+    "workflowRuns",
 )
 
 
@@ -115,35 +183,17 @@ def list_logs(store: Store, request: httpx.Request) -> httpx.Response:
     filters = query_filters(request, _LOG_FILTERS, "workflow log")
     count = min(int_filter(filters, "count", minimum=1) or LOGS_PAGE, LOGS_PAGE)
     start = int_filter(filters, "cursor") or 0
-    runs = [run for run in store.workflows if _matches(run, filters, exact=True)]
+    pairs = _run_pairs(filters)
+    if pairs is not None:  # `ID@createdAt,...`: those runs, whatever the other filters say
+        runs = [run for run in store.workflows if (run.run_id, str(run.created_ms)) in pairs]
+    else:
+        runs = [run for run in store.workflows if _matches(run, filters, exact=True)]
     runs.sort(key=lambda run: run.created_ms, reverse=True)  # stable: same ms, newest last
     page = runs[start : start + count]
     out: dict[str, Any] = {"runs": [_run_json(run) for run in page]}
     if start + count < len(runs):
         out["cursor"] = str(start + count)
     return json_response(out)
-
-
-def notify_event(store: Store, request: httpx.Request, event_id: str) -> httpx.Response:
-    # One answer per run waiting for the event. No run waits here (see the module
-    # docstring): the event reaches nobody and is lost, as QStash loses an event nobody
-    # waits for.
-    return json_response([], 201)
-
-
-def notify_run(store: Store, request: httpx.Request, run_id: str, event_id: str) -> httpx.Response:
-    """``POST /v2/notify/{runId}/{eventId}``: with no waiter active, QStash saves the event
-    for the run, for a later wait of that run; no run waits here, so nothing is kept."""
-    run = store.workflows.get(run_id)
-    if run is None or not run.active:
-        raise ApiError(400, "Invalid workflow run ID or event ID")
-    return json_response(
-        {"workflowRunId": run.run_id, "workflowCreatedAt": run.created_ms, "error": ""}, 201
-    )
-
-
-def list_waiters(store: Store, request: httpx.Request, event_id: str) -> httpx.Response:
-    return json_response([])  # no run waits: waits are not served
 
 
 # -- internals ------------------------------------------------------------------------------
@@ -172,8 +222,33 @@ def _matches(run: WorkflowRun, filters: Filters, exact: bool) -> bool:
     ids = filters.get("messageId")
     if ids and not any(m.message_id in ids for m in run.messages):
         return False
-    # Python SDK runs have no labels or flow-control keys: such a filter matches none.
-    return not ("label" in filters or "flowControlKey" in filters)
+    labels = filters.get("label")
+    if labels and not set(labels) & set(run.labels):
+        return False
+    keys = filters.get("flowControlKey")
+    if keys and run.flow_control_key not in keys:
+        return False
+    ips = filters.get("callerIp")
+    return not (ips and (run.messages[0].caller_ip if run.messages else "") not in ips)
+
+
+def _run_pairs(filters: Filters) -> set[tuple[str, str]] | None:
+    values = filters.get("workflowRuns")
+    if not values:
+        return None
+    pairs: set[tuple[str, str]] = set()
+    for value in values:
+        if "," in value:
+            continue  # the whole of a comma-joined value; its parts follow it
+        run_id, at, created = value.partition("@")
+        if not at or not run_id or not created.isdigit():
+            raise ApiError(
+                400,
+                f"invalid workflowRuns {value!r}: expected workflowRunId@workflowCreatedAt "
+                "pairs, comma separated",
+            )
+        pairs.add((run_id, created))
+    return pairs
 
 
 def _run_json(run: WorkflowRun) -> dict[str, Any]:
@@ -186,46 +261,66 @@ def _run_json(run: WorkflowRun) -> dict[str, Any]:
         "workflowCreatedAt": run.created_ms,
         "workflowRunCallerIp": run.messages[0].caller_ip if run.messages else "127.0.0.1",
     }
+    if run.labels:
+        out["label"], out["labels"] = run.labels[0], list(run.labels)
+    if run.flow_control_key:
+        out["flowControlKey"] = run.flow_control_key
     if run.completed_ms is not None:
         out["workflowRunCompletedAt"] = run.completed_ms
     if run.response:
         out["workflowRunResponse"] = run.response
     if run.dlq_id:
         out["dlqId"] = run.dlq_id
+    if run.invoker is not None:
+        out["invoker"] = {
+            "workflowRunId": run.invoker.run_id,
+            "workflowUrl": run.invoker.url,
+            "workflowRunCreatedAt": run.invoker.created_ms,
+        }
     failure = _failure_function_json(run)
     if failure:
         out["failureFunction"] = failure
     groups: list[dict[str, Any]] = []
     if run.messages:
         groups.append({"type": "sequential", "steps": [_initial_step_json(run.messages[0])]})
-    calls = _call_requests(run)
-    for step in run.steps:
-        info: dict[str, Any] = {
-            "stepId": step.step_id,
-            "stepName": step.name,
-            "stepType": step.type,
-            "callType": STEP,
-            "messageId": step.message_id,
-            "out": step.raw.get("out"),
-            "concurrent": step.concurrent,
-            "state": "STEP_SUCCESS",
-            "createdAt": step.message.created_ms,
-        }
-        if step.sleep_for is not None:
-            info["sleepFor"] = step.sleep_for
-        if step.sleep_until is not None:
-            info["sleepUntil"] = step.sleep_until
-        if step.type == "Call" and isinstance(step.out, dict):
-            info.update(_call_request_json(calls.pop(0) if calls else None))
-            info["callResponseStatus"] = step.out.get("status")
-            info["callResponseBody"] = step.out.get("body")
-            info["callResponseHeaders"] = step.out.get("header")
-        groups.append({"type": "sequential", "steps": [info]})
+    calls = _call_requests(run)  # in step order, one for each call step
+    for group in run.step_groups:
+        steps = [_step_json(step, calls) for step in group.steps]
+        groups.append({"type": group.type, "steps": steps})
     pending = [_pending_json(m) for m in run.messages if not m.done]
     if pending and run.active:
         groups.append({"type": "next", "steps": pending})
     out["steps"] = groups
     return out
+
+
+def _step_json(step: WorkflowStep, calls: list[Message]) -> dict[str, Any]:
+    out = step.raw.get("out")
+    message = step.message
+    info: dict[str, Any] = {
+        "stepId": step.target_step,
+        "stepName": step.name,
+        "stepType": step.type,
+        "callType": STEP,
+        "messageId": step.message_id,
+        # Documented as a string: a sleep (which has no result) shows an empty one.
+        "out": out if isinstance(out, str) else ("" if out is None else json.dumps(out)),
+        "concurrent": step.concurrent,
+        # A plan step stands for a parallel step that has not finished yet.
+        "state": "STEP_PROGRESS" if step.is_plan else "STEP_SUCCESS",
+        "createdAt": message.created_ms,
+        **_delivery_settings(message),
+    }
+    if step.sleep_for is not None:
+        info["sleepFor"] = step.sleep_for
+    if step.sleep_until is not None:
+        info["sleepUntil"] = step.sleep_until
+    if step.type == "Call" and isinstance(step.out, dict):
+        info.update(_call_request_json(calls.pop(0) if calls else None))
+        info["callResponseStatus"] = step.out.get("status")
+        info["callResponseBody"] = step.out.get("body")
+        info["callResponseHeaders"] = step.out.get("header")
+    return info
 
 
 def _initial_step_json(message: Message) -> dict[str, Any]:
@@ -239,6 +334,7 @@ def _initial_step_json(message: Message) -> dict[str, Any]:
         "concurrent": 1,
         "state": "STEP_SUCCESS" if message.state == "DELIVERED" else "STEP_PROGRESS",
         "createdAt": message.created_ms,
+        **_delivery_settings(message),
     }
 
 
@@ -266,12 +362,42 @@ def _call_request_json(message: Message | None) -> dict[str, Any]:
 
 
 def _pending_json(message: Message) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "messageId": message.message_id,
         "state": "STEP_RETRY" if message.retried else "STEP_PROGRESS",
-        "retries": message.retried,
         "nextDeliveryTime": message.not_before_ms,
+        **_delivery_settings(message),
     }
+    errors = [_attempt_error(d) for d in message.deliveries if not d.ok]
+    if errors:
+        out["errors"] = errors
+    return out
+
+
+#: QStash's default backoff (``min(86400, e^(2.5 n))`` seconds before retry ``n``) in the
+#: ``Upstash-Retry-Delay`` language, where ``retried`` counts from 0: what a step without a
+#: retry delay of its own shows as its ``retryDelay``.
+DEFAULT_RETRY_DELAY = "min(86400000, exp(2.5 * (retried + 1)) * 1000)"
+
+
+def _delivery_settings(message: Message) -> dict[str, Any]:
+    """What every step of the logs shows of its message: the headers it is delivered with,
+    its retries (the most it is retried) and its retry delay."""
+    return {
+        "headers": header_lists(message.headers),
+        "retries": message.max_retries,
+        "retryDelay": message.retry_delay or DEFAULT_RETRY_DELAY,
+    }
+
+
+def _attempt_error(delivery: Delivery) -> dict[str, Any]:
+    error: dict[str, Any] = {"time": delivery.at_ms}
+    if delivery.status is not None:
+        error["responseStatus"] = delivery.status
+        error["responseBody"] = delivery.response_body
+    if delivery.error is not None:
+        error["error"] = delivery.error
+    return error
 
 
 def _failure_function_json(run: WorkflowRun) -> dict[str, Any]:

@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Any
 _WHERE = {
     "AppProcess": ".apps",
     "Client": ".client",
+    "NodeApp": ".node",
+    "NodeUnavailable": ".node",
+    "install_node_packages": ".node",
     "ServerError": ".client",
     "ServerProcess": ".process",
     "Record": ".records",
@@ -21,10 +24,20 @@ _WHERE = {
 if TYPE_CHECKING:
     from .apps import AppProcess
     from .client import Client, ServerError
+    from .node import NodeApp, NodeUnavailable, install_node_packages
     from .process import ServerProcess
     from .records import Record
 
-__all__ = ["AppProcess", "Client", "Record", "ServerError", "ServerProcess"]
+__all__ = [
+    "AppProcess",
+    "Client",
+    "NodeApp",
+    "NodeUnavailable",
+    "Record",
+    "ServerError",
+    "ServerProcess",
+    "install_node_packages",
+]
 
 
 def __getattr__(name: str) -> Any:

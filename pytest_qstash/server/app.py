@@ -323,11 +323,6 @@ class QStashServerApp:
             if self._wake is not None:
                 self._wake.set()
             return httpx.Response(200, json=records.message(message))
-        if action == "notify":
-            answers = self.fake.notify(_required(body, "event_id"), body.get("data"))
-            if self._wake is not None:
-                self._wake.set()
-            return httpx.Response(200, json={"waiters": answers})
         if action == "report":
             mark = body.get("since")
             since = None if mark is None else reports.Mark.read(mark)
@@ -345,9 +340,20 @@ class QStashServerApp:
                 run_id=body.get("run_id"),
                 retries=body.get("retries"),
                 failure_url=body.get("failure_url"),
+                label=body.get("label"),
             )
             self._wake_up()
             return httpx.Response(200, json={"run_id": run_id})
+        if action == "notify":
+            try:
+                answers = self.fake.notify(
+                    _required(body, "event_id"), body.get("data"), run_id=body.get("run_id")
+                )
+            except ValueError as exc:
+                raise ControlError(400, str(exc)) from None
+            if self._wake is not None:
+                self._wake.set()
+            return httpx.Response(200, json=answers)
         raise ControlError(404, f"POST {CONTROL_PREFIX}/{action} is no control endpoint")
 
     def _state(self) -> dict[str, Any]:

@@ -17,10 +17,12 @@ import secrets
 import socket
 import string
 import sys
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..durations import parse_duration_ms
+from ..state.account import make_token
 from ..state.plans import DEFAULT_PLAN, PLANS
 from .app import CLOCK_MODES, QStashServerApp, ServerSettings
 from .dashboard import dashboard_link
@@ -30,6 +32,14 @@ from .persistence import DataDir, PersistenceError
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 _KEY_ALPHABET = string.ascii_letters + string.digits
+
+
+def _new_token() -> str:
+    """A fresh token shaped as QStash's (base64 JSON with a ``UserID``), so that SDKs that
+    decode it (the TypeScript Workflow SDK's webhooks) find a user id."""
+    return make_token(
+        str(uuid.UUID(bytes=secrets.token_bytes(16), version=4)), secrets.token_hex(16)
+    )
 
 
 def new_signing_key() -> str:
@@ -142,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     env: Mapping[str, str] = os.environ if args.credentials_from_env else {}
     settings = ServerSettings(
-        token=args.token or env.get("QSTASH_TOKEN") or secrets.token_urlsafe(32),
+        token=args.token or env.get("QSTASH_TOKEN") or _new_token(),
         current_signing_key=args.current_signing_key
         or env.get("QSTASH_CURRENT_SIGNING_KEY")
         or new_signing_key(),

@@ -155,6 +155,18 @@ class Client:
         ``paused``, ``active`` (attempts in flight), ``waiting`` (messages waiting)."""
         return self._list("flow_keys")
 
+    @property
+    def workflow_dlq(self) -> Found[Record]:
+        """The failed workflow runs (``dlq_id``, ``run_id``, ``labels``,
+        ``failure_function_state``, ...), as ``FakeQStash.workflow_dlq``."""
+        return self._list("workflow_dlq")
+
+    @property
+    def waiters(self) -> Found[Record]:
+        """Workflow runs waiting for an event (``event_id``, ``run_id``, ``step_name``,
+        ``deadline``), as ``FakeQStash.waiters``."""
+        return self._list("waiters")
+
     # -- steering ---------------------------------------------------------------------------
     def reset(
         self,
@@ -195,14 +207,6 @@ class Client:
         or a message not DELIVERED."""
         return Record("message", self._call("POST", "redeliver", {"message_id": message_id}))
 
-    def notify(self, event_id: str, data: Any = None) -> list[dict[str, Any]]:
-        """What ``qstash.notify`` does in-process: notify the workflow runs waiting for
-        ``event_id`` with ``data``; returns one answer per run notified."""
-        answers: list[dict[str, Any]] = self._call(
-            "POST", "notify", {"event_id": event_id, "data": data}
-        )["waiters"]
-        return answers
-
     def mark(self) -> dict[str, int]:
         """Where the server's histories stand now, for ``report(since=...)``."""
         mark: dict[str, int] = self._call("GET", "mark")
@@ -240,14 +244,32 @@ class Client:
         *,
         run_id: str | None = None,
         retries: int | None = None,
+        label: str | None = None,
     ) -> str:
         """Start an Upstash Workflow run at ``url``; returns its run id."""
         answer = self._call(
             "POST",
             "trigger",
-            {"url": url, "body": body, "headers": headers, "run_id": run_id, "retries": retries},
+            {
+                "url": url,
+                "body": body,
+                "headers": headers,
+                "run_id": run_id,
+                "retries": retries,
+                "label": label,
+            },
         )
         return str(answer["run_id"])
+
+    def notify(
+        self, event_id: str, data: Any = None, *, run_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Notify an event's waiters, or one run's (``run_id``), as ``FakeQStash.notify``;
+        returns the ``NotifyResponse`` answers."""
+        answer: list[dict[str, Any]] = self._call(
+            "POST", "notify", {"event_id": event_id, "data": data, "run_id": run_id}
+        )
+        return answer
 
     # -- HTTP -------------------------------------------------------------------------------
     def _call(self, method: str, action: str, body: dict[str, Any] | None = None) -> Any:

@@ -17,10 +17,11 @@ from typing import Any
 import httpx
 
 from ..state.flow_control import FlowKey
-from ..state.models import Delivery, DlqEntry, Event, Message
+from ..state.models import Delivery, DlqEntry, Event, Message, Waiter
 from ..state.queues import Queue
 from ..state.schedules import Schedule
 from ..state.url_groups import UrlGroup
+from ..state.workflow_dlq import WorkflowDlqEntry
 from ..state.workflows import WorkflowRun, WorkflowStep
 
 #: Fields sent as ISO 8601 strings, read back as datetimes.
@@ -36,6 +37,7 @@ TIME_FIELDS = frozenset(
         "last_run",
         "completed_at",
         "resumes_at",
+        "deadline",
     }
 )
 #: Fields sent as ``[name, value]`` pairs, read back as ``httpx.Headers``.
@@ -183,6 +185,10 @@ def run(item: WorkflowRun) -> dict[str, Any]:
         "created_at": iso_time(item.created_at),
         "completed_at": iso_time(item.completed_at),
         "dlq_id": item.dlq_id,
+        "invoker_run_id": item.invoker.run_id if item.invoker is not None else None,
+        "labels": list(item.labels),
+        "resumed_from": item.resumed_from,
+        "refused": list(item.refused),
         "steps": [_step(s) for s in item.steps],
     }
 
@@ -199,6 +205,35 @@ def flow_key(item: FlowKey) -> dict[str, Any]:
     }
 
 
+def workflow_dlq_entry(item: WorkflowDlqEntry) -> dict[str, Any]:
+    return {
+        "dlq_id": item.dlq_id,
+        "run_id": item.run_id,
+        "workflow_url": item.workflow_url,
+        "url": item.url,
+        "body": item.body,
+        "created_at": iso_time(item.created_at),
+        "response_status": item.response_status,
+        "response_body": item.response_body,
+        "labels": list(item.labels),
+        "failure_callback": item.failure_callback,
+        "failure_function_state": item.failure_function_state,
+    }
+
+
+def waiter(item: Waiter) -> dict[str, Any]:
+    return {
+        "event_id": item.event_id,
+        "run_id": item.run_id,
+        "url": item.url,
+        "step_name": item.step_name,
+        "step_type": item.step_type,
+        "created_at": iso_time(item.created_at),
+        "deadline": iso_time(item.deadline),
+        "timeout_url": item.timeout_url,
+    }
+
+
 #: Each inspection list: the fake's attribute, how one item is written, its kind's name.
 LISTS: dict[str, tuple[Callable[[Any], dict[str, Any]], str]] = {
     "messages": (message, "message"),
@@ -210,6 +245,8 @@ LISTS: dict[str, tuple[Callable[[Any], dict[str, Any]], str]] = {
     "url_groups": (url_group, "URL group"),
     "runs": (run, "workflow run"),
     "flow_keys": (flow_key, "flow-control key"),
+    "waiters": (waiter, "waiter"),
+    "workflow_dlq": (workflow_dlq_entry, "workflow DLQ entry"),
 }
 
 

@@ -6,10 +6,34 @@ apps read them at import time; a key rotation through the API overrides them fro
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import os
 
-#: Test values, shaped like real ones (signing keys are ``sig_`` + 28 characters).
-DEFAULT_TOKEN = "qstash_test_token_pytest_qstash_0000000000"
+
+def make_token(user_id: str, password: str) -> str:
+    """A token shaped as QStash's: standard base64 of ``{"UserID": ..., "Password": ...}``,
+    which the TypeScript Workflow SDK decodes for the user id in a webhook's URL."""
+    payload = json.dumps({"UserID": user_id, "Password": password}, separators=(",", ":"))
+    return base64.b64encode(payload.encode()).decode("ascii")
+
+
+def user_id_of(token: str) -> str | None:
+    """The user id a QStash-shaped token carries; None for a token of another shape."""
+    try:
+        payload = json.loads(base64.b64decode(token, validate=True))
+    except (binascii.Error, ValueError):
+        return None
+    user_id = payload.get("UserID") if isinstance(payload, dict) else None
+    return user_id if isinstance(user_id, str) and user_id else None
+
+
+#: The user id of the default token.
+DEFAULT_USER_ID = "00000000-0000-4000-8000-pytestqstash"
+#: Test values, shaped like real ones (the token decodes to a user id, as QStash's does;
+#: signing keys are ``sig_`` + 28 characters).
+DEFAULT_TOKEN = make_token(DEFAULT_USER_ID, "pytest-qstash-test-password-0000")
 DEFAULT_CURRENT_SIGNING_KEY = "sig_pytestQstashCurrentKey000000"
 DEFAULT_NEXT_SIGNING_KEY = "sig_pytestQstashNextKey000000000"
 
@@ -46,6 +70,12 @@ class Account:
     @property
     def next_signing_key(self) -> str:
         return self._next or os.environ.get("QSTASH_NEXT_SIGNING_KEY") or DEFAULT_NEXT_SIGNING_KEY
+
+    @property
+    def user_id(self) -> str | None:
+        """The user id the token carries (None when the token is not QStash-shaped): what a
+        webhook URL (``/v2/workflows/hooks/{userId}/...``) names."""
+        return user_id_of(self.token)
 
     def rotate(self, new_next: str) -> None:
         """QStash's rotation: the next key becomes current, a fresh key becomes next."""

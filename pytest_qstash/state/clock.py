@@ -15,7 +15,7 @@ from typing import Literal
 
 from .models import ms_to_datetime
 
-EventKind = Literal["deliver", "end", "cron", "flow"]
+EventKind = Literal["deliver", "end", "cron", "flow", "wait"]
 
 
 @dataclass(frozen=True, slots=True)

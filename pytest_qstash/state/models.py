@@ -35,6 +35,13 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+def split_labels(label: str | None) -> tuple[str, ...]:
+    """``Upstash-Label`` as the labels it names: ``"a,b"`` is the labels ``a`` and ``b``."""
+    if not label:
+        return ()
+    return tuple(dict.fromkeys(part.strip() for part in label.split(",") if part.strip()))
+
+
 @dataclass(eq=False, slots=True)
 class FlowControl:
     key: str
@@ -172,6 +179,11 @@ class Message:
     def content_type(self) -> str | None:
         value: str | None = self.headers.get("content-type")
         return value
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The labels ``label`` names (``Upstash-Label: a,b`` is ``("a", "b")``)."""
+        return split_labels(self.label)
 
     @property
     def last_delivery(self) -> Delivery | None:
@@ -326,3 +338,51 @@ class ApiCall:
     def __repr__(self) -> str:
         outcome = f"status={self.status}" if self.status is not None else f"error={self.error!r}"
         return f"<ApiCall {self.method} {self.path} {outcome} at={self.at.isoformat()}>"
+
+
+@dataclass(eq=False, slots=True)
+class Waiter:
+    """A workflow run waiting for an event (``context.waitForEvent``, or a webhook's request
+    for ``context.waitForWebhook``), from its wait until a notify or its timeout."""
+
+    event_id: str
+    run_id: str
+    #: Where the notified step goes (the workflow URL) and the publish headers it goes with.
+    url: str
+    headers: dict[str, str] = field(repr=False)
+    created_ms: int
+    deadline_ms: int
+    #: Where the timed-out step goes, with these headers (``{name: [values]}``) and body.
+    timeout_url: str
+    timeout_headers: dict[str, list[str]] = field(repr=False)
+    timeout_body: str | None
+    #: The wait step as the SDK sent it (``stepId``, ``stepName``, ``stepType``, ...).
+    step: dict[str, Any] = field(repr=False)
+    #: The fake's own id of this wait (what its timeout is planned under).
+    waiter_id: str = ""
+    #: Which clock event is this waiter's timeout: a stale one (notified since) is skipped.
+    generation: int = 0
+
+    @property
+    def step_name(self) -> str:
+        return str(self.step.get("stepName", ""))
+
+    @property
+    def step_type(self) -> str:
+        """``Wait`` for ``waitForEvent``, ``WaitForWebhook`` for a webhook."""
+        return str(self.step.get("stepType", ""))
+
+    @property
+    def created_at(self) -> datetime:
+        return ms_to_datetime(self.created_ms)
+
+    @property
+    def deadline(self) -> datetime:
+        """When the wait times out (the step then resumes with ``timeout: true``)."""
+        return ms_to_datetime(self.deadline_ms)
+
+    def __repr__(self) -> str:
+        return (
+            f"<Waiter {self.event_id!r} run={self.run_id} step={self.step_name!r} "
+            f"deadline={self.deadline.isoformat()}>"
+        )

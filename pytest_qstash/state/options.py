@@ -202,7 +202,8 @@ def _apply(opts: MessageOptions, name: str, value: str) -> None:
         opts.schedule_id = value
     elif name == "upstash-queue-name":
         opts.queue = value
-    elif name.startswith("upstash-workflow-"):
+    elif name.startswith("upstash-workflow-") or name == "upstash-feature-set":
+        # The feature set says how a run's trigger configures it (``state/run_settings.py``).
         opts.workflow_headers[name] = value
     # Other Upstash-* headers (telemetry, workflow protocol, ...) are not message options.
 

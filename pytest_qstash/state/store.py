@@ -29,6 +29,7 @@ from .dedup import DEFAULT_DEDUP_WINDOW_MS, Deduplication, dedup_key
 from .dlq import DeadLetters
 from .flow_control import FlowKey, FlowKeys
 from .ids import IdGenerator
+from .invocations import report as report_invocation
 from .models import Delivery, DlqEntry, Event, Message, MessageState
 from .options import MessageOptions, parse_options
 from .plans import DEFAULT_PLAN, PLANS, Plan
@@ -43,7 +44,8 @@ from .retry import (
 )
 from .schedules import Schedule, Schedules
 from .url_groups import UnknownDestination, UrlGroup
-from .workflows import WorkflowRuns
+from .waiters import Waiters, time_out
+from .workflows import WorkflowRun, WorkflowRuns
 
 __all__ = [
     "DEFAULT_DEDUP_WINDOW_MS",
@@ -95,6 +97,9 @@ class Store:
         #: message keeps its slot until they are done, as on QStash.
         self._callbacks_pending: dict[str, set[str]] = {}
         self.workflows = WorkflowRuns()
+        self.workflows.on_end = self._run_ended
+        #: Workflow runs waiting for an event (``context.waitForEvent``, webhooks).
+        self.waiters = Waiters()
         #: API calls answered with an error (the newest kept), for the failure report.
         self.api_errors = RejectedCalls()
         #: Every attempt that ended, in the order they ended.
@@ -131,6 +136,8 @@ class Store:
         max_retries: int | None = None,
     ) -> Message:
         now = self.clock.now_ms
+        if opts.workflow_headers:
+            self.workflows.inherit(opts)  # a later step takes its run's trigger settings
         if opts.not_before_ms is not None:
             not_before = opts.not_before_ms
         else:
@@ -177,7 +184,9 @@ class Store:
         self._log(message, "CREATED", next_delivery_ms=not_before if not_before > now else None)
         self._plan_delivery(message, not_before)
         # Upstash Workflow: the one place a message joins its run (or starts one).
-        if opts.workflow_headers and not self.workflows.track(message, opts.workflow_headers, now):
+        if opts.workflow_headers and not self.workflows.track(
+            message, opts.workflow_headers, now, opts
+        ):
             self.cancel(message)  # for a run that has ended: never delivered
         return message
 
@@ -259,6 +268,8 @@ class Store:
                 self.fire_schedule(event.target, event.generation)
             elif kind == "flow":
                 self.wake_flow(event.target)
+            elif kind == "wait":
+                time_out(self, event.target, event.generation)
             else:
                 message = self.live_message(event.target, event.generation)
                 if message is not None and self.may_start(message):
@@ -568,6 +579,8 @@ class Store:
             return event.due_ms
         if event.kind == "end":
             return event.due_ms if self.attempt_due(event.target, event.generation) else None
+        if event.kind == "wait":
+            return event.due_ms if self.waiters.live(event.target, event.generation) else None
         message = self.live_message(event.target, event.generation)
         if message is None:
             return None
@@ -676,6 +689,12 @@ class Store:
             schedule_id=schedule.schedule_id,
         )
         return [p.message for p in published]
+
+    def _run_ended(self, run: WorkflowRun) -> None:
+        """A workflow run ended: its waits end with it, and a run another one invoked
+        reports its outcome to that run."""
+        self.waiters.forget_run(run.run_id)
+        report_invocation(self, run)
 
     # -- internals --------------------------------------------------------------------------
     def _expression(self, text: str | None) -> RetryDelayExpression | None:

@@ -15,12 +15,15 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from .invocations import Invoker
 from .models import DlqEntry, Message, ms_to_datetime
+from .options import MessageOptions
+from .run_settings import RunSettings
 
 RunState = Literal["RUN_STARTED", "RUN_SUCCESS", "RUN_FAILED", "RUN_CANCELED"]
 FailureFunctionState = Literal[
@@ -70,11 +73,12 @@ class WorkflowStep:
 
     step_id: int
     name: str
-    #: The SDK's step type: ``Run``, ``SleepFor``, ``SleepUntil``, ``Call`` (``Wait`` and
-    #: ``Notify`` exist only in the TypeScript SDK).
+    #: The SDK's step type: ``Run``, ``SleepFor``, ``SleepUntil``, ``Call``; the TypeScript
+    #: SDK's ``Wait``, ``WaitForWebhook``, ``CreateWebhook``, ``Notify``, ``Invoke`` too.
     type: str
     #: The step's result, decoded from the JSON string the SDK stores it as (``None`` for a
-    #: sleep; for a call, ``{"status", "body" (text), "header"}``).
+    #: sleep; for a call, ``{"status", "body" (text), "header"}``; for a notified wait, the
+    #: event's data; for an ``Invoke``, ``{"body", "isFailed", "isCanceled"}``).
     out: Any
     concurrent: int
     sleep_for: int | str | None
@@ -89,6 +93,17 @@ class WorkflowStep:
         return self.message.message_id
 
     @property
+    def is_plan(self) -> bool:
+        """A parallel plan step: the SDK's announcement that a step of a ``parallel`` group
+        is about to run (``targetStep``), not a step result."""
+        return bool(self.raw.get("targetStep"))
+
+    @property
+    def target_step(self) -> int:
+        """The step id a plan step stands for (the step's own id otherwise)."""
+        return int(self.raw.get("targetStep") or self.step_id)
+
+    @property
     def created_at(self) -> datetime:
         """When the app published the step (the step ran at that virtual instant)."""
         return self.message.created_at
@@ -100,6 +115,14 @@ class WorkflowStep:
 
     def __repr__(self) -> str:
         return f"<WorkflowStep {self.step_id} {self.name!r} {self.type} out={self.out!r}>"
+
+
+@dataclass(frozen=True, slots=True)
+class StepGroup:
+    """Steps as the logs group them: ``sequential`` or ``parallel``."""
+
+    type: Literal["sequential", "parallel"]
+    steps: list[WorkflowStep]
 
 
 @dataclass(eq=False, slots=True)
@@ -132,7 +155,33 @@ class WorkflowRun:
     #: What the app sent with ``DELETE .../runs/{id}?cancel=false`` (the TypeScript SDK sends
     #: the route's result; Python sends nothing).
     response: str | None = None
+    #: The run whose ``context.invoke`` started this one (TypeScript SDK), if any.
+    invoker: Invoker | None = None
     _members: list[_RunMessage] = field(default_factory=list, repr=False)
+    #: What the trigger set for the whole run (retries, failure URL, labels, ...).
+    settings: RunSettings = field(default_factory=RunSettings, repr=False)
+    #: The DLQ entry this run resumes or restarts (``qstash.resume_run`` / ``restart_run``).
+    resumed_from: str | None = None
+    #: How many of the run's first messages were carried over from the run it resumes (the
+    #: init message and the steps that had succeeded): they are not this run's own.
+    carried: int = 0
+    #: Step publishes of this run the API refused (``"<status> <error>"``): the SDK reads
+    #: such an answer as a cancelled run, so the report shows them.
+    refused: list[str] = field(default_factory=list, repr=False)
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The run's labels (``Upstash-Label: a,b`` at trigger is ``("a", "b")``)."""
+        return self.settings.labels
+
+    @property
+    def label(self) -> str | None:
+        """The run's first label, as Upstash's ``label`` field shows it."""
+        return self.labels[0] if self.labels else None
+
+    @property
+    def flow_control_key(self) -> str | None:
+        return self.settings.flow_control_key
 
     @property
     def created_at(self) -> datetime:
@@ -161,12 +210,54 @@ class WorkflowRun:
 
     @property
     def steps(self) -> list[WorkflowStep]:
-        """The steps the app published, in order (the initial payload is not a step)."""
+        """The steps the app published, in order (the initial payload is not a step, nor
+        are the plan steps the SDK publishes before a ``parallel`` group's steps run)."""
+        return [step for step in self._published_steps() if not step.is_plan]
+
+    def _published_steps(self) -> list[WorkflowStep]:
         return [
             step
             for member in self._members[1:]
             if member.call_type == STEP and (step := member.step()) is not None
         ]
+
+    @property
+    def step_groups(self) -> list[StepGroup]:
+        """The steps as Upstash groups them: ``sequential`` (one step each) and ``parallel``
+        (the steps run side by side, in step id order; a planned step that has not
+        finished yet is its plan step)."""
+        published = self._published_steps()
+        results = {step.step_id: step for step in published if not step.is_plan}
+        groups: list[StepGroup] = []
+        placed: set[int] = set()
+        for step in published:
+            if step.concurrent <= 1 and not step.is_plan:
+                groups.append(StepGroup("sequential", [step]))
+                continue
+            first = step.target_step
+            if first in placed:
+                continue
+            # The plan's first step id: the lowest target of the plan steps of this group.
+            batch = [
+                s
+                for s in published
+                if s.concurrent == step.concurrent and abs(s.target_step - first) < step.concurrent
+            ]
+            start = min(s.target_step for s in batch if s.target_step not in placed)
+            ids = range(start, start + step.concurrent)
+            if any(i in placed for i in ids):
+                continue
+            placed.update(ids)
+            members: list[WorkflowStep] = []
+            for i in ids:
+                result = results.get(i)
+                plan = next((s for s in batch if s.is_plan and s.target_step == i), None)
+                if result is not None:
+                    members.append(result)
+                elif plan is not None:
+                    members.append(plan)
+            groups.append(StepGroup("parallel", members))
+        return groups
 
     def step(self, name: str) -> WorkflowStep:
         """The step called ``name`` (the last one, should a name repeat)."""
@@ -213,6 +304,13 @@ class WorkflowRuns:
         self.runs: dict[str, WorkflowRun] = {}
         #: message id -> (its run, its position in the run)
         self._members: dict[str, tuple[WorkflowRun, int]] = {}
+        #: Told of every run that ends (succeeds, fails, is cancelled): the store ends its
+        #: waits and reports it to its invoker.
+        self.on_end: Callable[[WorkflowRun], None] | None = None
+
+    def _ended(self, run: WorkflowRun) -> None:
+        if self.on_end is not None:
+            self.on_end(run)
 
     def get(self, run_id: str) -> WorkflowRun | None:
         return self.runs.get(run_id)
@@ -238,7 +336,23 @@ class WorkflowRuns:
         run = self.runs.get(tag.run_id)
         return run.messages[0] if run is not None and run.messages else None
 
-    def track(self, message: Message, headers: Mapping[str, str], now_ms: int) -> bool:
+    def inherit(self, opts: MessageOptions) -> None:
+        """Give a later step publish the settings its run was triggered with, where the step
+        sets none of its own (``RunSettings``)."""
+        tag = RunHeaders.of(opts.workflow_headers)
+        if tag is None or tag.init or tag.call_type != STEP:
+            return
+        run = self.runs.get(tag.run_id)
+        if run is not None:
+            run.settings.fill(opts)
+
+    def track(
+        self,
+        message: Message,
+        headers: Mapping[str, str],
+        now_ms: int,
+        opts: MessageOptions | None = None,
+    ) -> bool:
         """Tie a new message to its run (starting the run on an init publish).
 
         Returns False when the message must never be delivered: it is for a run that has
@@ -255,6 +369,8 @@ class WorkflowRuns:
             run = self.runs[tag.run_id] = WorkflowRun(
                 run_id=tag.run_id, url=tag.url or message.url, created_ms=now_ms
             )
+            if opts is not None:
+                run.settings = RunSettings.of(opts)
         self._members[message.message_id] = (run, len(run._members))
         run._members.append(
             _RunMessage(message, tag.call_type, _entry_json(message, tag.call_type))
@@ -277,6 +393,45 @@ class WorkflowRuns:
         copy.workflow_run_id = run.run_id
         if run.state == "RUN_FAILED" and run.dlq_id == entry.dlq_id:
             run.state, run.completed_ms, run.dlq_id = "RUN_STARTED", None, None
+
+    # -- resuming and restarting (the workflow DLQ) ------------------------------------------
+    def start(
+        self,
+        run_id: str,
+        url: str,
+        now_ms: int,
+        settings: RunSettings,
+        *,
+        resumed_from: str | None = None,
+    ) -> WorkflowRun:
+        """A new run with no message yet (its messages join it by ``carry`` and ``adopt``)."""
+        if run_id in self.runs:
+            raise ValueError(f"a workflow run {run_id!r} already exists")
+        run = self.runs[run_id] = WorkflowRun(
+            run_id=run_id, url=url, created_ms=now_ms, settings=settings, resumed_from=resumed_from
+        )
+        return run
+
+    def carry(self, run: WorkflowRun, source: WorkflowRun, position: int) -> None:
+        """Start ``run`` with ``source``'s live messages before ``position``: a resumed run's
+        deliveries replay them as steps already done (they stay ``source``'s messages)."""
+        kept = [m for m in source._members[:position] if m.message.state != "CANCELED"]
+        run._members.extend(kept)
+        run.carried = len(kept)
+
+    def adopt(self, run: WorkflowRun, message: Message, call_type: str) -> None:
+        """Make a message the engine published (not the app) the run's next one."""
+        self._members[message.message_id] = (run, len(run._members))
+        run._members.append(_RunMessage(message, call_type, _entry_json(message, call_type)))
+        message.workflow_run_id = run.run_id
+
+    def position(self, message: Message) -> int:
+        """Where a message of a run stands in it (0: the init message)."""
+        return self._members[message.message_id][1]
+
+    def call_type(self, message: Message) -> str:
+        run, position = self._members[message.message_id]
+        return run._members[position].call_type
 
     # -- delivering -------------------------------------------------------------------------
     def membership(self, message_id: str) -> tuple[WorkflowRun, str] | None:
@@ -312,12 +467,27 @@ class WorkflowRuns:
         run.state = "RUN_SUCCESS"
         run.completed_ms = now_ms
         run.response = response or None
+        self._ended(run)
 
     def cancel(self, run: WorkflowRun, now_ms: int) -> list[Message]:
         """End the run as cancelled; returns its messages still owed a delivery (sleeps,
         retries, the attempt in flight), for the store to cancel."""
         run.state = "RUN_CANCELED"
         run.completed_ms = now_ms
+        self._ended(run)
+        return [m for m in run.messages if not m.done]
+
+    def refuse_step(self, run: WorkflowRun, reason: str, now_ms: int) -> list[Message]:
+        """The API refused a step publish of an active run: the SDK takes such an answer
+        for a cancelled run and stops, so the run can never go on. It ends RUN_FAILED with
+        the reason kept; returns its messages still owed a delivery, for the store to
+        cancel."""
+        run.refused.append(reason)
+        if not run.active:
+            return []
+        run.state = "RUN_FAILED"
+        run.completed_ms = now_ms
+        self._ended(run)
         return [m for m in run.messages if not m.done]
 
     def message_failed(self, message: Message, entry: DlqEntry, now_ms: int) -> None:
@@ -333,6 +503,7 @@ class WorkflowRuns:
             run.state = "RUN_FAILED"
             run.completed_ms = now_ms
             run.dlq_id = entry.dlq_id
+            self._ended(run)
 
     def is_third_party_call(self, message: Message) -> bool:
         """A ``context.call``'s request to the third party. When it fails for good, its last
@@ -365,6 +536,11 @@ def _entry_json(message: Message, call_type: str) -> str:
     return json.dumps(entry, separators=(",", ":"))
 
 
+#: Step types whose ``out`` QStash sets, base64: a notified wait's event data, a webhook's
+#: request.
+_BASE64_OUT = frozenset({"Wait", "WaitForWebhook"})
+
+
 def _decode_step(message: Message) -> WorkflowStep | None:
     """A step message's JSON as a ``WorkflowStep``; None for a body that is not one."""
     try:
@@ -374,6 +550,9 @@ def _decode_step(message: Message) -> WorkflowStep | None:
     if not isinstance(raw, dict) or "stepName" not in raw:
         return None
     out = raw.get("out")
+    if isinstance(out, str) and raw.get("stepType") in _BASE64_OUT:
+        with contextlib.suppress(ValueError):  # a wait's out is the event's data, base64
+            out = base64.b64decode(out, validate=True).decode("utf-8")
     if isinstance(out, str):
         with contextlib.suppress(ValueError):  # not JSON: kept as text, as the SDK does
             out = json.loads(out)

@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_qstash.server import NodeApp, NodeUnavailable, ServerProcess, install_node_packages
+
+APP_DIR = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def orders(qstash_server: ServerProcess) -> Iterator[NodeApp]:
+    """The order service under Node, in its own process, on a free port, talking to the
+    server the ``qstash_server`` fixture started (``QSTASH_URL``, the session's token and
+    signing keys). Its packages are installed from package-lock.json on first use; without
+    Node or the npm registry, the tests are skipped and say why."""
+    try:
+        install_node_packages(APP_DIR)
+    except NodeUnavailable as exc:
+        pytest.skip(f"the Node example needs Node: {exc}")
+    with NodeApp.start_script(APP_DIR / "orders.mjs", cwd=APP_DIR) as app:
+        yield app
+
+
+@pytest.fixture(autouse=True)
+def _fresh(qstash_server: ServerProcess) -> None:
+    # One server for the session: forget what the last test left.
+    qstash_server.reset()

@@ -1,0 +1,138 @@
+"""Workflow waits over HTTP: ``/v2/wait``, ``/v2/notify``, ``/v2/waiters`` and webhooks.
+
+The rules are in ``state/waiters.py``; here are the requests and QStash's answers (the
+Workflow OpenAPI's ``NotifyResponse`` and ``Waiter``). A webhook
+(``/v2/workflows/hooks/{userId}/{runId}/{eventId}``, the URL the TypeScript SDK's
+``context.createWebhook`` builds) is called by a third party without the QStash token, with
+any method: the request is a notify of that run's event, its data the request as
+``waitForWebhook`` decodes it (method, scheme, host, URL, headers, base64 body).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from ..state import waiters as rules
+from ..state.models import Message, Waiter
+from ..state.options import InvalidOption, canonical, parse_options
+from ..state.store import Store
+from ..state.workflows import WorkflowRun
+from ._http import ApiError, json_response, read_json
+
+#: The path webhooks are served under: no token needed, any method.
+WEBHOOK_PREFIX = "/v2/workflows/hooks/"
+
+_INVALID_RUN = "Invalid workflow run ID or event ID"
+
+
+def wait(store: Store, request: httpx.Request, event_id: str) -> httpx.Response:
+    """``POST /v2/wait/{eventId}``: the run in ``Upstash-Workflow-RunId`` waits for the event.
+    Answered 200 with no body (the SDK does not read it)."""
+    run_id = request.headers.get("upstash-workflow-runid", "").strip()
+    run = store.workflows.get(run_id) if run_id else None
+    if run is None or not run.active:
+        raise ApiError(400, _INVALID_RUN)
+    body = read_json(request)
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid wait request: expected a JSON object with a step")
+    headers = {
+        name.decode("latin-1"): value.decode("latin-1") for name, value in request.headers.raw
+    }
+    for field in ("url", "timeoutUrl"):
+        value = body.get(field)
+        if value is not None and not (
+            isinstance(value, str)
+            and value.startswith(("http://", "https://"))
+            and urlsplit(value).hostname
+        ):
+            raise ApiError(400, f"invalid wait request: {field} must be an http(s) URL")
+    try:
+        parse_options({k: v for k, v in headers.items() if k.lower().startswith("upstash-")})
+        rules.wait(store, run, event_id, body, headers)
+    except (InvalidOption, ValueError, TypeError) as exc:
+        raise ApiError(400, f"invalid wait request: {exc}") from None
+    return httpx.Response(200)
+
+
+def notify_event(store: Store, request: httpx.Request, event_id: str) -> httpx.Response:
+    """``POST /v2/notify/{eventId}``: every run waiting for the event resumes with the body
+    as the event's data; one ``NotifyResponse`` each, ``[]`` when none waits (the event is
+    then lost)."""
+    reached = rules.notify(store, event_id, request.content)
+    return json_response([notify_answer(*item) for item in reached], 201)
+
+
+def notify_run(store: Store, request: httpx.Request, run_id: str, event_id: str) -> httpx.Response:
+    """``POST /v2/notify/{runId}/{eventId}``: the run resumes if it waits for the event,
+    else the notify is kept for its next wait; 400 for a run that is unknown or ended."""
+    try:
+        [item] = rules.notify(store, event_id, request.content, run_id=run_id)
+    except KeyError:
+        raise ApiError(400, _INVALID_RUN) from None
+    return json_response(notify_answer(*item), 201)
+
+
+def list_waiters(store: Store, request: httpx.Request, event_id: str) -> httpx.Response:
+    """``GET /v2/waiters/{eventId}``: the waits in progress for the event, oldest first."""
+    return json_response([rules.waiter_json(w) for w in store.waiters.of_event(event_id)])
+
+
+def webhook(store: Store, request: httpx.Request, hook: str) -> httpx.Response:
+    """A call to a webhook URL (``hook`` is ``{userId}/{runId}/{eventId}``): the run's
+    ``waitForWebhook`` resumes with the request (or takes it when it waits later). 404 for a
+    path of another shape or another account's user id."""
+    parts = hook.split("/")
+    if len(parts) != 3 or not all(parts):
+        raise ApiError(
+            404,
+            f"{request.method} {WEBHOOK_PREFIX}{hook} is not a webhook URL: expected "
+            f"{WEBHOOK_PREFIX}{{userId}}/{{workflowRunId}}/{{eventId}}",
+        )
+    user_id, run_id, event_id = parts
+    own = store.account.user_id
+    if own is not None and user_id != own:
+        raise ApiError(404, f"no webhook for user {user_id!r} on this account")
+    data = json.dumps(webhook_request(request), separators=(",", ":")).encode()
+    try:
+        [item] = rules.notify(store, event_id, data, run_id=run_id)
+    except KeyError:
+        raise ApiError(400, _INVALID_RUN) from None
+    return json_response(notify_answer(*item), 200)
+
+
+def webhook_request(request: httpx.Request) -> dict[str, Any]:
+    """A request as ``waitForWebhook`` rebuilds it: ``{method, proto, host, url, header,
+    body}``, ``url`` the path and query, ``header`` canonical names to lists, ``body``
+    base64."""
+    header: dict[str, list[str]] = {}
+    for name, value in request.headers.multi_items():
+        header.setdefault(canonical(name), []).append(value)
+    raw_path = request.url.raw_path.decode("ascii")
+    return {
+        "method": request.method,
+        "proto": request.url.scheme,
+        "host": request.headers.get("host") or request.url.netloc.decode("ascii"),
+        "url": raw_path,
+        "header": header,
+        "body": base64.b64encode(request.content).decode("ascii"),
+    }
+
+
+def notify_answer(run: WorkflowRun, waiter: Waiter | None, message: Message | None) -> Any:
+    """A ``NotifyResponse``: the run reached, the waiter notified and the message resuming
+    it (neither when the notify was kept for the run's next wait)."""
+    out: dict[str, Any] = {
+        "workflowRunId": run.run_id,
+        "workflowCreatedAt": run.created_ms,
+        "error": "",
+    }
+    if waiter is not None:
+        out["waiter"] = rules.waiter_json(waiter)
+    if message is not None:
+        out["messageId"] = message.message_id
+    return out

@@ -1,0 +1,66 @@
+"""Starting workflow runs through the API: ``POST /v2/trigger/{workflowUrl}`` and
+``POST /v2/batch/trigger`` (the Workflow REST API's own trigger; the SDK clients publish the
+init message themselves)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from ..state.options import InvalidOption, parse_options
+from ..state.store import Store
+from ..state.trigger import trigger_request
+from ._http import ApiError, json_response, read_json
+
+
+def trigger(store: Store, request: httpx.Request, destination: str) -> httpx.Response:
+    try:
+        run, _ = trigger_request(store, destination, request.content, request.headers)
+    except InvalidOption as exc:
+        raise ApiError(400, str(exc)) from None
+    return json_response({"workflowRunId": run.run_id, "workflowCreatedAt": run.created_ms})
+
+
+def batch_trigger(store: Store, request: httpx.Request) -> httpx.Response:
+    """``[{"destination", "body"?, "headers"?}, ...]``: each started as a single trigger
+    would be; every item is checked before any run starts."""
+    items = read_json(request)
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        raise ApiError(400, 'invalid body: expected [{"destination": "<workflow url>", ...}]')
+    requests: list[tuple[str, bytes, httpx.Headers]] = []
+    for position, item in enumerate(items):
+        destination, body, headers = (
+            item.get("destination"),
+            item.get("body", ""),
+            item.get("headers", {}),
+        )
+        if not isinstance(destination, str) or not destination.startswith(("http://", "https://")):
+            raise ApiError(
+                400, f"invalid destination at [{position}]: expected an http:// or https:// URL"
+            )
+        if not isinstance(body, str):
+            raise ApiError(400, f"invalid body at [{position}]: expected a string")
+        if not isinstance(headers, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+        ):
+            raise ApiError(400, f"invalid headers at [{position}]: expected strings by name")
+        try:
+            parse_options(headers)  # a bad option fails the call before any run starts
+        except InvalidOption as exc:
+            raise ApiError(400, f"invalid headers at [{position}]: {exc}") from None
+        requests.append((destination, body.encode(), httpx.Headers(headers)))
+    out: list[dict[str, Any]] = []
+    for destination, content, headers in requests:
+        try:
+            run, deduplicated = trigger_request(store, destination, content, headers)
+        except InvalidOption as exc:
+            raise ApiError(400, str(exc)) from None
+        out.append(
+            {
+                "workflowRunId": run.run_id,
+                "workflowCreatedAt": run.created_ms,
+                "deduplicated": deduplicated,
+            }
+        )
+    return json_response(out, 201)

@@ -1,0 +1,98 @@
+"""A workflow run's own settings: what its trigger (the init publish) set for every step.
+
+Upstash Workflow keeps the retries, retry delay, timeout, failure URL (and the failure
+callback's headers), labels and flow control a run was started with, and applies them to each
+later step of the run that does not set its own: the workflow clients announce this with the
+``WF_TriggerOnConfig`` feature (``@upstash/workflow`` sends it with every run; a later step
+then carries only what its ``serve()`` options say). Labels are kept on the run whatever the
+feature set: they are what the logs, the workflow DLQ and bulk cancel filter on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+import httpx
+
+from .models import FlowControl, split_labels
+from .options import MessageOptions, parse_options
+from .retry import RetryDelayExpression
+
+#: The feature a workflow client sends when its trigger's configuration is the run's.
+TRIGGER_ON_CONFIG = "WF_TriggerOnConfig"
+FEATURE_SET = "upstash-feature-set"
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettings:
+    """What a run's later steps inherit (None: not set at trigger)."""
+
+    retries: int | None = None
+    retry_delay: RetryDelayExpression | None = None
+    timeout_ms: int | None = None
+    failure_callback: str | None = None
+    failure_callback_headers: httpx.Headers | None = None
+    label: str | None = None
+    flow_control: FlowControl | None = None
+    #: Whether later steps inherit these (the init announced ``WF_TriggerOnConfig``).
+    run_wide: bool = False
+
+    @classmethod
+    def of(cls, opts: MessageOptions) -> RunSettings:
+        """The settings an init publish gives its run."""
+        features = opts.workflow_headers.get(FEATURE_SET, "")
+        return cls(
+            retries=opts.retries,
+            retry_delay=opts.retry_delay,
+            timeout_ms=opts.timeout_ms,
+            failure_callback=opts.failure_callback,
+            failure_callback_headers=opts.failure_callback_headers,
+            label=opts.label,
+            flow_control=opts.flow_control,
+            run_wide=TRIGGER_ON_CONFIG in (part.strip() for part in features.split(",")),
+        )
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return split_labels(self.label)
+
+    @property
+    def flow_control_key(self) -> str | None:
+        fc = self.flow_control
+        return fc.key if fc is not None and fc.key else None
+
+    def fill(self, opts: MessageOptions) -> None:
+        """Give a later step of the run what it does not set itself (its own options win)."""
+        if not self.run_wide:
+            return
+        if opts.retries is None:
+            opts.retries = self.retries
+        if opts.retry_delay is None:
+            opts.retry_delay = self.retry_delay
+        if opts.timeout_ms is None:
+            opts.timeout_ms = self.timeout_ms
+        if opts.failure_callback is None and self.failure_callback is not None:
+            opts.failure_callback = self.failure_callback
+            opts.failure_callback_headers = self.failure_callback_headers
+        if opts.label is None:
+            opts.label = self.label
+        if opts.flow_control is None:
+            opts.flow_control = self.flow_control
+
+    def overridden(self, headers: Mapping[str, str]) -> RunSettings:
+        """These settings with a resume's or restart's ``Upstash-*`` overrides (``Upstash-
+        Retries``, ``-Retry-Delay``, ``-Flow-Control-*``, ``-Label``, ``-Failure-Callback``).
+        Raises ``InvalidOption`` for a bad value."""
+        given = parse_options(headers)
+        changed = replace(
+            self,
+            # Overrides are for the remaining steps: they hold run-wide whatever the trigger.
+            run_wide=self.run_wide or bool(headers),
+            retries=self.retries if given.retries is None else given.retries,
+            retry_delay=given.retry_delay or self.retry_delay,
+            label=given.label or self.label,
+            flow_control=given.flow_control or self.flow_control,
+            failure_callback=given.failure_callback or self.failure_callback,
+        )
+        return changed

@@ -1,0 +1,257 @@
+"""Workflow waits: runs waiting for an event, the notifies that resume them, and timeouts.
+
+A run waits with ``POST /v2/wait/{eventId}`` (the TypeScript SDK's ``context.waitForEvent``
+and ``waitForWebhook``): the request's headers are the step's publish headers, its body the
+wait step and its timeout. The wait ends in one of three ways, each publishing the wait step
+back into the run as QStash does, the SDK reading the outcome from it:
+
+- a notify of the event (``POST /v2/notify/{eventId}``, every waiter of the event; or
+  ``/v2/notify/{runId}/{eventId}``, that run's): the step with ``out`` set to the event's data,
+  base64, and ``waitTimeout: false``;
+- its timeout (default 7 days): the step with ``waitTimeout: true``, to the timeout URL;
+- the run ending (cancelled, failed): the waiter is dropped, nothing is published.
+
+A notify for one run when that run is not waiting is kept and consumed by the run's next wait
+for the event; a notify of an event nobody waits for is lost. Nothing here knows HTTP.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..durations import parse_duration_ms
+from .models import LATEST_MS, Message, Waiter
+from .options import parse_options
+
+if TYPE_CHECKING:
+    from .store import Store
+    from .workflows import WorkflowRun
+
+#: QStash's default wait timeout: seven days.
+DEFAULT_TIMEOUT_MS = 7 * 86_400_000
+
+#: Publish headers of the wait request that are not the step's own.
+_TRANSPORT = frozenset(
+    {
+        "authorization",
+        "host",
+        "content-length",
+        "connection",
+        "accept",
+        "accept-encoding",
+        "user-agent",
+        "transfer-encoding",
+    }
+)
+
+
+class Waiters:
+    """The waits in progress, by event, and the notifies kept for runs not yet waiting."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, Waiter] = {}
+        #: (run id, event id) -> event data, oldest first: ``/v2/notify/{runId}/{eventId}``
+        #: sent before the run waited.
+        self._saved: dict[tuple[str, str], list[bytes]] = {}
+        self._count = 0
+
+    def __iter__(self) -> Iterator[Waiter]:
+        return iter(self._by_id.values())
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def new_id(self) -> str:
+        self._count += 1
+        return f"wait_{self._count:06d}"
+
+    def add(self, waiter: Waiter) -> None:
+        self._by_id[waiter.waiter_id] = waiter
+
+    def remove(self, waiter: Waiter) -> None:
+        self._by_id.pop(waiter.waiter_id, None)
+
+    def live(self, waiter_id: str, generation: int) -> Waiter | None:
+        """The waiter a timeout event is for, unless it was notified (or dropped) since."""
+        waiter = self._by_id.get(waiter_id)
+        return waiter if waiter is not None and waiter.generation == generation else None
+
+    def of_event(self, event_id: str) -> list[Waiter]:
+        return [w for w in self._by_id.values() if w.event_id == event_id]
+
+    def of_run(self, run_id: str) -> list[Waiter]:
+        return [w for w in self._by_id.values() if w.run_id == run_id]
+
+    def save(self, run_id: str, event_id: str, data: bytes) -> None:
+        self._saved.setdefault((run_id, event_id), []).append(data)
+
+    def take_saved(self, run_id: str, event_id: str) -> bytes | None:
+        kept = self._saved.get((run_id, event_id))
+        if not kept:
+            return None
+        data = kept.pop(0)
+        if not kept:
+            del self._saved[(run_id, event_id)]
+        return data
+
+    def forget_run(self, run_id: str) -> list[Waiter]:
+        """The run ended: its waits end (nothing is published) and its kept notifies go."""
+        ended = self.of_run(run_id)
+        for waiter in ended:
+            self.remove(waiter)
+        for key in [key for key in self._saved if key[0] == run_id]:
+            del self._saved[key]
+        return ended
+
+
+# -- the rules, on a store ------------------------------------------------------------------
+def wait(
+    store: Store,
+    run: WorkflowRun,
+    event_id: str,
+    body: Mapping[str, Any],
+    headers: Mapping[str, str],
+) -> Waiter | Message:
+    """The run waits for ``event_id``: a ``Waiter`` until a notify or its timeout, or, when a
+    notify for the run was kept, the resumed step's message at once.
+
+    ``body`` is the wait request's JSON (``url``, ``timeout``, ``timeoutUrl``,
+    ``timeoutHeaders``, ``timeoutBody``, ``step``), ``headers`` its publish headers.
+    ``ValueError`` for a timeout that is not a duration."""
+    now = store.clock.now_ms
+    timeout = body.get("timeout")
+    timeout_ms = (
+        DEFAULT_TIMEOUT_MS
+        if timeout in (None, "")
+        else parse_duration_ms(timeout, what="wait timeout")
+    )
+    if now + timeout_ms > LATEST_MS:
+        raise ValueError(f"wait timeout {timeout!r} ends after the year 9999")
+    step = body.get("step")
+    timeout_headers = body.get("timeoutHeaders")
+    waiter = Waiter(
+        event_id=event_id,
+        run_id=run.run_id,
+        url=_text(body.get("url")) or run.url,
+        headers={k: v for k, v in headers.items() if k.lower() not in _TRANSPORT},
+        created_ms=now,
+        deadline_ms=now + timeout_ms,
+        timeout_url=_text(body.get("timeoutUrl")) or _text(body.get("url")) or run.url,
+        timeout_headers=_header_lists(timeout_headers),
+        timeout_body=_text(body.get("timeoutBody")) or None,
+        step=dict(step) if isinstance(step, Mapping) else {},
+        waiter_id=store.waiters.new_id(),
+    )
+    saved = store.waiters.take_saved(run.run_id, event_id)
+    if saved is not None:
+        return _resume(store, waiter, saved)
+    store.waiters.add(waiter)
+    waiter.generation = 1
+    store.clock.schedule(waiter.deadline_ms, "wait", waiter.waiter_id, waiter.generation)
+    return waiter
+
+
+def notify(
+    store: Store, event_id: str, data: bytes, run_id: str | None = None
+) -> list[tuple[WorkflowRun, Waiter | None, Message | None]]:
+    """Notify ``event_id``: every run waiting for it (``run_id`` None; the event is lost when
+    none waits), or the run ``run_id``, whose notify is kept when it is not waiting. Returns,
+    per run reached, the waiter notified and the message resuming it (both None when kept).
+    ``KeyError`` when ``run_id`` names no active run."""
+    if run_id is not None:
+        run = store.workflows.get(run_id)
+        if run is None or not run.active:
+            raise KeyError(run_id)
+        mine = [w for w in store.waiters.of_event(event_id) if w.run_id == run_id]
+        if not mine:
+            store.waiters.save(run_id, event_id, data)
+            return [(run, None, None)]
+        targets = mine
+    else:
+        targets = store.waiters.of_event(event_id)
+    out: list[tuple[WorkflowRun, Waiter | None, Message | None]] = []
+    for waiter in targets:
+        run = store.workflows.get(waiter.run_id)
+        store.waiters.remove(waiter)
+        if run is None or not run.active:
+            continue
+        out.append((run, waiter, _resume(store, waiter, data)))
+    return out
+
+
+def time_out(store: Store, waiter_id: str, generation: int) -> Message | None:
+    """A wait's timeout came: its step goes back to the run timed out."""
+    waiter = store.waiters.live(waiter_id, generation)
+    if waiter is None:
+        return None
+    store.waiters.remove(waiter)
+    run = store.workflows.get(waiter.run_id)
+    if run is None or not run.active:
+        return None
+    return _resume(store, waiter, None)
+
+
+def waiter_json(waiter: Waiter) -> dict[str, Any]:
+    """A waiter as the Workflow API's ``Waiter`` schema has it."""
+    out: dict[str, Any] = {
+        "url": waiter.url,
+        "headers": {name: [value] for name, value in waiter.headers.items()},
+        "deadline": waiter.deadline_ms // 1000,
+        "timeoutUrl": waiter.timeout_url,
+        "timeoutHeaders": waiter.timeout_headers,
+    }
+    if waiter.timeout_body is not None:
+        out["timeoutBody"] = waiter.timeout_body
+    return out
+
+
+def _resume(store: Store, waiter: Waiter, data: bytes | None) -> Message:
+    """Publish the wait step back into its run: notified with ``data``, or timed out."""
+    step: dict[str, Any] = {**waiter.step, "waitEventId": waiter.event_id}
+    headers = dict(waiter.headers)
+    url = waiter.url
+    if data is None:
+        step.pop("out", None)
+        step["waitTimeout"] = True
+        url = waiter.timeout_url
+        present = {name.lower() for name in headers}
+        for name, values in waiter.timeout_headers.items():
+            lowered = name.lower()
+            # The run's own protocol headers are in the wait's headers already.
+            if lowered.startswith("upstash-") or f"upstash-forward-{lowered}" in present:
+                continue
+            if values:
+                headers[f"Upstash-Forward-{name}"] = values[0]
+    else:
+        step["out"] = base64.b64encode(data).decode("ascii")
+        step["waitTimeout"] = False
+    _set(headers, "upstash-workflow-init", "false")
+    _set(headers, "upstash-workflow-calltype", "step")
+    _set(headers, "upstash-workflow-runid", waiter.run_id)
+    published, _ = store.publish(url, json.dumps(step).encode(), parse_options(headers))
+    return published[0].message
+
+
+def _set(headers: dict[str, str], name: str, value: str) -> None:
+    for existing in [k for k in headers if k.lower() == name]:
+        del headers[existing]
+    headers[name] = value
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _header_lists(value: Any) -> dict[str, list[str]]:
+    if not isinstance(value, Mapping):
+        return {}
+    out: dict[str, list[str]] = {}
+    for name, values in value.items():
+        if isinstance(values, str):
+            out[str(name)] = [values]
+        elif isinstance(values, list):
+            out[str(name)] = [str(v) for v in values]
+    return out
