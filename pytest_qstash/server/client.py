@@ -285,7 +285,8 @@ class Client:
             with self._opener.open(request, timeout=self.timeout) as response:
                 return json.loads(response.read())
         except urllib.error.HTTPError as exc:
-            text = exc.read().decode("utf-8", errors="replace")
+            with exc:  # its connection closed now, not whenever the error is collected
+                text = exc.read().decode("utf-8", errors="replace")
             try:
                 message = str(json.loads(text)["error"])
             except (ValueError, KeyError, TypeError):
