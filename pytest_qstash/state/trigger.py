@@ -170,8 +170,18 @@ def trigger_request(
     opts = parse_options(publish)
     published, _ = store.publish(url, content, opts)
     run = store.workflows.get(run_id)
-    assert run is not None, published  # the init publish started it
-    return run, False
+    if run is not None:
+        return run, False
+    # Deduplicated: the init publish was taken for an earlier message with the same
+    # deduplication id (or content), whose run, if it started one, is the answer.
+    earlier = next((p.message for p in published if p.deduplicated), None)
+    run = store.workflows.get(earlier.workflow_run_id or "") if earlier is not None else None
+    if run is None:
+        raise InvalidOption(
+            "the trigger was deduplicated against a message that started no workflow run: "
+            "use another Upstash-Deduplication-Id, or none"
+        )
+    return run, True
 
 
 def _failure_call_headers(run_id: str, url: str, publish: Mapping[str, str]) -> dict[str, str]:
