@@ -16,9 +16,9 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import IO
+from typing import IO, TypeVar
 
 from .process import end_process, output_suffix, read_log
 
@@ -44,6 +44,8 @@ server.run(sockets=[sock])
 #: Set in the app's environment: its own base URL (what QStash should deliver to).
 APP_URL_VARIABLE = "APP_URL"
 
+_Started = TypeVar("_Started", bound="AppProcess")
+
 
 class AppProcess:
     def __init__(self, process: subprocess.Popen[bytes], url: str, log: IO[bytes]) -> None:
@@ -64,15 +66,34 @@ class AppProcess:
         """Start ``app`` (``"module:attribute"``, as uvicorn takes it) and wait until it
         answers ``GET ready_path`` (any status); ``RuntimeError`` with its output if it
         exits or does not answer within ``timeout`` seconds."""
+        return cls._launch(
+            lambda fd: [sys.executable, "-c", _LAUNCHER, app, str(fd)],
+            env=env,
+            cwd=cwd,
+            ready_path=ready_path,
+            timeout=timeout,
+        )
+
+    @classmethod
+    def _launch(
+        cls: type[_Started],
+        command: Callable[[int], list[str]],
+        *,
+        env: Mapping[str, str] | None,
+        cwd: str | os.PathLike[str] | None,
+        ready_path: str,
+        timeout: float,
+    ) -> _Started:
+        """Run ``command(fd)`` with a listening socket bound here (its file descriptor ``fd``
+        inherited: no race for a free port) and wait until it answers ``ready_path``."""
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.bind(("127.0.0.1", 0))
         sock.listen(128)
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         log = tempfile.TemporaryFile()  # noqa: SIM115  # kept for the process's lifetime
-        command = [sys.executable, "-c", _LAUNCHER, app, str(sock.fileno())]
         try:
             process = subprocess.Popen(
-                command,
+                command(sock.fileno()),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

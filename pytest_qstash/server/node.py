@@ -14,15 +14,12 @@ import contextlib
 import hashlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO
 
-from .apps import APP_URL_VARIABLE, AppProcess
+from .apps import AppProcess
 
 #: Written into node_modules once ``npm ci`` succeeded: the lockfile's hash it installed.
 _STAMP = ".pytest-qstash-lock-hash"
@@ -122,30 +119,13 @@ class NodeApp(AppProcess):
     ) -> NodeApp:
         """Start ``script`` with ``node`` and wait until it answers ``GET ready_path``."""
         node = node_executable()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(128)
-        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115  # lives with the process
-        try:
-            process = subprocess.Popen(
-                [node, os.fspath(script), str(sock.fileno()), *args],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, APP_URL_VARIABLE: url, **(env or {})},
-                cwd=cwd,
-                pass_fds=[sock.fileno()],
-            )
-        finally:
-            sock.close()  # the child holds its own copy
-        started = cls(process, url, log)
-        try:
-            started._wait_ready(ready_path, timeout)
-        except BaseException:
-            started.stop()
-            raise
-        return started
+        return cls._launch(
+            lambda fd: [node, os.fspath(script), str(fd), *args],
+            env=env,
+            cwd=cwd,
+            ready_path=ready_path,
+            timeout=timeout,
+        )
 
     def __repr__(self) -> str:
         return f"<NodeApp {self.url} pid={self.process.pid}>"
