@@ -222,3 +222,28 @@ def test_a_failing_test_gets_a_report_of_what_the_server_saw(pytester: pytest.Py
     assert "http://127.0.0.1:9/this-test CREATED" in section
     assert "earlier-test" not in section  # only what the server saw since the test began
     assert "1 message(s), 0 delivery attempt(s), 0 in the DLQ" in section
+
+
+def test_a_failed_run_is_resumed_and_restarted_through_the_client(
+    qstash_server: ServerProcess, app: AppProcess
+) -> None:
+    # The declined workflow always fails at "charge": resumed, it keeps "validate" and fails
+    # at "charge" again; restarted, it runs from the start. Each is a new run.
+    run_id = qstash_server.trigger(f"{app.url}/workflow/declined", {"order": 1})
+    qstash_server.drain()
+    [entry] = qstash_server.workflow_dlq
+    assert entry.run_id == run_id
+
+    resumed = qstash_server.resume_run(entry.dlq_id, retries=0)
+    restarted = qstash_server.restart_run(entry.dlq_id)
+    assert len({run_id, resumed.run_id, restarted.run_id}) == 3
+    assert resumed.resumed_from == entry.dlq_id  # the entry it came from
+    qstash_server.drain()
+    assert qstash_server.runs.one(run_id=resumed.run_id).state == "RUN_FAILED"
+    assert qstash_server.runs.one(run_id=restarted.run_id).state == "RUN_FAILED"
+    resumed_steps = [s.name for s in qstash_server.runs.one(run_id=resumed.run_id).steps]
+    assert resumed_steps[:1] == ["validate"]
+
+    with pytest.raises(ServerError) as refused:
+        qstash_server.resume_run("no-such-dlq-id")
+    assert refused.value.status in (400, 404)

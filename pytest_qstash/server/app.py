@@ -323,6 +323,15 @@ class QStashServerApp:
             if self._wake is not None:
                 self._wake.set()
             return httpx.Response(200, json=records.message(message))
+        if action in ("resume_run", "restart_run", "retry_failure_function"):
+            dlq_id = _required(body, "dlq_id")
+            if action == "retry_failure_function":
+                run = self.fake.retry_failure_function(dlq_id)
+            else:
+                continue_run = getattr(self.fake, action)
+                run = continue_run(dlq_id, retries=body.get("retries"), headers=body.get("headers"))
+            self._wake_up()
+            return httpx.Response(200, json=records.run(run))
         if action == "report":
             mark = body.get("since")
             since = None if mark is None else reports.Mark.read(mark)

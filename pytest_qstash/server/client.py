@@ -207,6 +207,27 @@ class Client:
         or a message not DELIVERED."""
         return Record("message", self._call("POST", "redeliver", {"message_id": message_id}))
 
+    def resume_run(
+        self, dlq_id: str, *, retries: int | None = None, headers: dict[str, str] | None = None
+    ) -> Record:
+        """A failed workflow run resumed from its workflow DLQ entry, as
+        ``FakeQStash.resume_run``: a new run going on from the step that failed."""
+        body = {"dlq_id": dlq_id, "retries": retries, "headers": headers}
+        return Record("run", self._call("POST", "resume_run", body))
+
+    def restart_run(
+        self, dlq_id: str, *, retries: int | None = None, headers: dict[str, str] | None = None
+    ) -> Record:
+        """A failed workflow run started again from the beginning, as
+        ``FakeQStash.restart_run``."""
+        body = {"dlq_id": dlq_id, "retries": retries, "headers": headers}
+        return Record("run", self._call("POST", "restart_run", body))
+
+    def retry_failure_function(self, dlq_id: str) -> Record:
+        """The failed run's failure function called again, as
+        ``FakeQStash.retry_failure_function``."""
+        return Record("run", self._call("POST", "retry_failure_function", {"dlq_id": dlq_id}))
+
     def mark(self) -> dict[str, int]:
         """Where the server's histories stand now, for ``report(since=...)``."""
         mark: dict[str, int] = self._call("GET", "mark")
