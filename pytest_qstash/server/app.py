@@ -134,7 +134,9 @@ class QStashServerApp:
         self._pool: OriginPools | None = None
         self._install(build_fake(settings))
         self.persistence = persistence if persistence is not None else InMemory()
-        self.persistence.load(self)  # a data dir's state, in place of the new fake's
+        restored = self.persistence.load(self)  # a data dir's state, in place of the new fake's
+        if restored is not None:
+            self.settings, self._resets = restored.settings, restored.resets
         self._install(self.fake)  # with the settings the data dir kept
         self.dashboard = Dashboard(self)
 
@@ -264,8 +266,16 @@ class QStashServerApp:
     async def _control(self, request: httpx.Request, action: str) -> httpx.Response:
         try:
             self._authenticate(request)
-            with self.persistence.control(self, request, action):
-                return await self._act(request, action)
+        except ControlError as exc:
+            return httpx.Response(exc.status, json={"error": exc.message})
+        with self.persistence.control(self, request, action):
+            return await self.act(request, action)
+
+    async def act(self, request: httpx.Request, action: str) -> httpx.Response:
+        """A control action, answered (without authentication or journaling: what a data
+        dir's replay runs)."""
+        try:
+            return await self._act(request, action)
         except ControlError as exc:
             return httpx.Response(exc.status, json={"error": exc.message})
         except (ValueError, TypeError) as exc:
@@ -372,6 +382,7 @@ class QStashServerApp:
             "clock": self.settings.clock,
             "next_due": records.iso_time(due),
             "plan": self.fake.store.plan.name,
+            "data_dir": self.persistence.status(),
         }
 
     async def _move(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
