@@ -344,7 +344,7 @@ class Decoder:
             defaults = _defaults(kind.cls) if dataclasses.is_dataclass(kind.cls) else {}
             for n, fields in rows.items():
                 obj = self._objects[n]
-                unknown = set(fields) - names - {"$items"}
+                unknown = set(fields) - names - ({"$items"} if kind.mapping else set())
                 if unknown:
                     raise CodecError(f"{name} {n}: unknown fields {sorted(unknown)}")
                 if not dataclasses.is_dataclass(obj):

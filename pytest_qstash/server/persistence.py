@@ -66,7 +66,7 @@ from . import datadir_codec as codec
 _log = logging.getLogger("pytest_qstash.server")
 
 #: The data-dir layout this version writes (and reads, with older ones migrated).
-SCHEMA = codec.SCHEMA
+SCHEMA = codec.SCHEMA  # read from the codec where used (a test may move it)
 #: The shortest time between two snapshots (seconds), and the longest a change waits for one.
 SNAPSHOT_EVERY_S = 1.0
 #: The longest wait before a failed snapshot is tried again (seconds); it doubles up to this.
@@ -482,7 +482,7 @@ class DataDir(InMemory):
         # Journals the snapshot covers (a deletion a crash cut short) go now.
         self._retirement(covered)()
         self._replayed = replayed
-        stale = self._snapshot is None or replayed or self._snapshot.schema != SCHEMA
+        stale = self._snapshot is None or replayed or self._snapshot.schema != codec.SCHEMA
         self._snapshot = None  # its document is in the engine now: not kept twice
         self._open_journal()
         self._last_mark = () if stale else self._mark(app)
@@ -713,7 +713,7 @@ class DataDir(InMemory):
             db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             db.execute("CREATE TABLE roots (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
             meta = {
-                "schema": SCHEMA,
+                "schema": codec.SCHEMA,
                 "version": _version(),
                 "journal": covered,
                 "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -775,10 +775,10 @@ class DataDir(InMemory):
         schema, version = meta.get("schema"), meta.get("version")
         if type(schema) is not int:
             raise PersistenceError(f"{unreadable}: its schema is {schema!r}")
-        if schema > SCHEMA:
+        if schema > codec.SCHEMA:
             raise PersistenceError(
                 f"{path} was written by pytest-qstash {version} (data-dir schema {schema}); "
-                f"this is pytest-qstash {_version()} (schema {SCHEMA}), which cannot read a "
+                f"this is pytest-qstash {_version()} (schema {codec.SCHEMA}), which cannot read a "
                 "newer schema. Run that version (or a newer one), or use another --data-dir"
             )
         roots = {
