@@ -96,18 +96,39 @@ class Kind:
     #: Fields not saved, and what they are on load (a cache, a callback the owner sets).
     transient: Mapping[str, Callable[[], Any]] = dataclasses.field(default_factory=dict)
 
-    @property
+    @functools.cached_property
     def fields(self) -> tuple[str, ...]:
-        if dataclasses.is_dataclass(self.cls):
+        if self.dataclass:
             names = tuple(f.name for f in dataclasses.fields(self.cls))
         else:
             names = self.declared
         return tuple(name for name in names if name not in self.transient)
 
-    @property
+    @functools.cached_property
+    def dataclass(self) -> bool:
+        return dataclasses.is_dataclass(self.cls)
+
+    @functools.cached_property
     def mapping(self) -> bool:
         """A ``dict`` subclass: its items are saved beside its fields."""
         return issubclass(self.cls, dict)
+
+    @functools.cached_property
+    def defaults(self) -> dict[str, Callable[[], Any]]:
+        """What a field left out of a row is (fields that have a default)."""
+        return _defaults(self.cls) if self.dataclass else {}
+
+    @functools.cached_property
+    def plain_defaults(self) -> dict[str, Any]:
+        """Fields whose default is a plain value (or an empty list or dict): a row leaves
+        them out while they hold it, which keeps rows small."""
+        plain: dict[str, Any] = {}
+        for name, make in self.defaults.items():
+            value = make()
+            scalar = value is None or type(value) in (bool, int, float, str)
+            if scalar or (type(value) in (tuple, list, dict) and not value):
+                plain[name] = value
+        return plain
 
 
 def _kind(name: str, cls: type, *declared: str, **transient: Callable[[], Any]) -> Kind:
@@ -273,8 +294,16 @@ class Encoder:
 
     def _write(self, obj: Any) -> None:
         kind = _BY_CLASS[type(obj)]
-        fields = {name: self.value(getattr(obj, name)) for name in kind.fields}
-        if not dataclasses.is_dataclass(obj):
+        plain, value = kind.plain_defaults, self.value
+        fields = {}
+        for name in kind.fields:
+            v = getattr(obj, name)
+            if name in plain:
+                default = plain[name]
+                if v is default or (type(v) is type(default) and v == default):
+                    continue
+            fields[name] = value(v)
+        if not kind.dataclass:
             unknown = set(vars(obj)) - set(kind.declared) - set(kind.transient)
             if unknown:
                 raise CodecError(
@@ -338,32 +367,40 @@ class Decoder:
 
     def fill(self) -> None:
         """Set every object's fields (after all exist: references go any way)."""
+        value, set_field = self.value, object.__setattr__
         for name, rows in self._rows.items():
             kind = _BY_NAME[name]
-            names = set(kind.fields)
-            defaults = _defaults(kind.cls) if dataclasses.is_dataclass(kind.cls) else {}
+            names = set(kind.fields) | ({"$items"} if kind.mapping else set())
+            defaults, declared = kind.defaults, kind.fields
+            # Immutable defaults are shared; a list or dict is made afresh for each object.
+            shared = {k: v for k, v in kind.plain_defaults.items() if type(v) not in (list, dict)}
             for n, fields in rows.items():
                 obj = self._objects[n]
-                unknown = set(fields) - names - ({"$items"} if kind.mapping else set())
+                unknown = fields.keys() - names
                 if unknown:
                     raise CodecError(f"{name} {n}: unknown fields {sorted(unknown)}")
-                if not dataclasses.is_dataclass(obj):
+                if not kind.dataclass:
                     kept = {k: getattr(obj, k) for k in kind.transient if hasattr(obj, k)}
                     vars(obj).clear()
                     vars(obj).update(kept)
                 for field_name, make in kind.transient.items():
                     if not hasattr(obj, field_name):
-                        object.__setattr__(obj, field_name, make())
-                for field_name in kind.fields:
+                        set_field(obj, field_name, make())
+                for field_name in declared:
                     if field_name in fields:
-                        value = self.value(fields[field_name])
+                        v = fields[field_name]
+                        t = type(v)
+                        if not (v is None or t is str or t is int or t is bool or t is float):
+                            v = value(v)
+                    elif field_name in shared:
+                        v = shared[field_name]
                     elif field_name in defaults:
-                        value = defaults[field_name]()
+                        v = defaults[field_name]()
                     else:
                         raise CodecError(f"{name} {n}: missing field {field_name!r}")
-                    object.__setattr__(obj, field_name, value)
+                    set_field(obj, field_name, v)
                 if kind.mapping:
-                    items = self.value(fields.get("$items", {}))
+                    items = value(fields.get("$items", {}))
                     if not isinstance(items, dict):
                         raise CodecError(f"{name} {n}: its items are no mapping")
                     dict.clear(obj)
@@ -376,19 +413,22 @@ class Decoder:
         if t is list:
             return self._list(v)
         if t is dict:
-            # A tagged value's tag is its first key; a plain mapping has no key with a "$".
-            first = next(iter(v), "")
-            if first[:1] != "$":
-                return {k: self.value(item) for k, item in v.items()}
-            if first == "$deque":
+            # A tagged value is a one-key object (a deque's has its maxlen beside); the
+            # encoder writes no plain mapping of one key that starts with "$".
+            size = len(v)
+            if size == 1:
+                (tag,) = v
+                if tag[:1] == "$":
+                    reader = self._readers.get(tag)
+                    if reader is None:
+                        raise CodecError(f"unknown tagged value {tag!r}")
+                    return reader(v[tag])
+            elif size == 2 and "$deque" in v:
                 maxlen = v.get("maxlen")
                 if maxlen is not None and type(maxlen) is not int:
                     raise CodecError("a deque's maxlen is no integer")
-                return deque(self._list(v[first]), maxlen)
-            reader = self._readers.get(first)
-            if reader is None or len(v) != 1:
-                raise CodecError(f"unknown tagged value {first!r}")
-            return reader(v[first])
+                return deque(self._list(v["$deque"]), maxlen)
+            return {k: self.value(item) for k, item in v.items()}
         raise CodecError(f"unexpected {t.__name__} in the state")
 
     def _list(self, v: Any) -> list[Any]:

@@ -791,9 +791,14 @@ class DataDir(InMemory):
                 continue
             if table not in codec.KIND_NAMES:
                 raise PersistenceError(f"{unreadable}: unknown table {table!r}")
-            found = kinds[table] = {}
-            for n, fields in db.execute(f'SELECT id, fields FROM "{table}"'):
-                found[n] = _json(fields, f"{unreadable} ({table} {n})")
+            rows = db.execute(f'SELECT id, fields FROM "{table}"').fetchall()
+            if not all(type(fields) is str for _, fields in rows):
+                raise PersistenceError(f"{unreadable}: {table} holds cells that are not JSON")
+            # One parse per table, not per row: most of a restart is reading these.
+            parsed = _json("[" + ",".join(fields for _, fields in rows) + "]", table)
+            if len(parsed) != len(rows):
+                raise PersistenceError(f"{unreadable}: {table} holds cells that are not JSON")
+            kinds[table] = {n: fields for (n, _), fields in zip(rows, parsed, strict=True)}
         document: codec.Document = {"meta": meta, "roots": roots, "kinds": kinds}
         try:
             document = codec.migrate(document, schema)
