@@ -319,6 +319,7 @@ class DataDir(InMemory):
         self._explicit = explicit
         _private_dir(self.path)
         self._lock = _lock(self.path)
+        began = time.monotonic()
         try:
             self._snapshot = self._read_snapshot()
         except BaseException:
@@ -342,7 +343,10 @@ class DataDir(InMemory):
         self._wake: Any = None
         self._last_mark: tuple[int, ...] = ()
         self._last_taken = 0.0
-        self._took = 0.0
+        #: How long the last snapshot took (the next waits at least as long); before the
+        #: first, how long reading one took.
+        self._took = time.monotonic() - began
+        self._began = began
         #: Why the last write failed (None: it did not), failures in a row, the next try.
         self.error: str | None = None
         self._failures = 0
@@ -389,8 +393,9 @@ class DataDir(InMemory):
                 (self._seq, kind, method, target, headers, body, at_ms, drawn),
             )
         except sqlite3.Error as exc:
-            # The change is made in memory: the next snapshot that succeeds keeps it.
+            # Its client gets no answer (an error): only what is journaled is acknowledged.
             self._failed(f"journal write failed: {exc}")
+            raise
 
     def reset(self) -> None:
         """A reset: the next snapshot as soon as one may be taken (snapshots stay a second
@@ -436,6 +441,7 @@ class DataDir(InMemory):
             if attempt.ends_ms is None:
                 fake.store.requeue(attempt)
         self._restored = snapshot.written_at
+        self._took = time.monotonic() - self._began  # reading and decoding it, all told
         return Restored(settings, snapshot.resets)
 
     def _settings(self, stored: dict[str, Any], given: Any) -> Any:
@@ -472,8 +478,8 @@ class DataDir(InMemory):
 
     def started(self, app: Served) -> None:
         """On the server's event loop, before it serves: replay the journal, open a new
-        journal, start the snapshots (the first one soon when the replay changed anything or
-        the snapshot was of an older schema)."""
+        journal, start the snapshots (the first one as soon as they may be taken when the
+        replay changed anything or the snapshot was of an older schema)."""
         replayed = 0
         covered = self._snapshot.journal if self._snapshot is not None else 0
         for generation in sorted(self._generations()):
@@ -482,15 +488,21 @@ class DataDir(InMemory):
         # Journals the snapshot covers (a deletion a crash cut short) go now.
         self._retirement(covered)()
         self._replayed = replayed
-        stale = self._snapshot is None or replayed or self._snapshot.schema != codec.SCHEMA
+        if self._snapshot is None:
+            # A new data dir: its first snapshot (an empty state, quickly written) before any
+            # journal entry, so a crash at any point finds the settings the journal needs.
+            self._write(self._state(app), self._generation)
+        stale = bool(replayed) or (
+            self._snapshot is not None and self._snapshot.schema != codec.SCHEMA
+        )
         self._snapshot = None  # its document is in the engine now: not kept twice
         self._open_journal()
+        # A stale snapshot is replaced soon, not at once: the journals keep what it lacks,
+        # and a server just started has its clients' first requests to answer.
         self._last_mark = () if stale else self._mark(app)
-        self._last_taken = 0.0 if stale else time.monotonic()
+        self._last_taken = time.monotonic()
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._snapshots(app))
-        if stale:
-            self._wake.set()
 
     def _replay(self, app: Served, path: Path) -> int:
         try:

@@ -95,7 +95,8 @@ function render() {
   document.getElementById("now").textContent = state.now;
   document.getElementById("clock-mode").textContent = `${state.clock} clock`;
   document.getElementById("next-due").textContent = state.next_due || "nothing pending";
-  document.getElementById("plan").textContent = state.plan || "";
+  const failing = state.data_dir && state.data_dir.error;
+  document.getElementById("plan").textContent = (state.plan || "") + (failing ? ` · data dir not written: ${failing}` : "");
   document.querySelector(".virtual-only").hidden = state.clock !== "virtual";
   const names = [...KNOWN.filter((n) => n in data.lists), ...Object.keys(data.lists).filter((n) => !KNOWN.includes(n) && !HIDDEN.has(n))];
   if (!names.includes(tab)) tab = "messages";
