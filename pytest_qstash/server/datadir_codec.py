@@ -367,37 +367,42 @@ class Decoder:
 
     def fill(self) -> None:
         """Set every object's fields (after all exist: references go any way)."""
-        value, set_field = self.value, object.__setattr__
+        value, set_field, scalars = self.value, object.__setattr__, _SCALARS
         for name, rows in self._rows.items():
             kind = _BY_NAME[name]
-            names = set(kind.fields) | ({"$items"} if kind.mapping else set())
-            defaults, declared = kind.defaults, kind.fields
-            # Immutable defaults are shared; a list or dict is made afresh for each object.
-            shared = {k: v for k, v in kind.plain_defaults.items() if type(v) not in (list, dict)}
+            names = frozenset(kind.fields) | ({"$items"} if kind.mapping else frozenset())
+            # Per field: its shared default (immutable), or what makes a fresh one.
+            plan = []
+            for field_name in kind.fields:
+                shared = kind.plain_defaults.get(field_name, _MISSING)
+                if type(shared) in (list, dict):
+                    shared = _MISSING
+                plan.append((field_name, shared, kind.defaults.get(field_name)))
+            plain_class = not kind.dataclass
             for n, fields in rows.items():
                 obj = self._objects[n]
-                unknown = fields.keys() - names
-                if unknown:
-                    raise CodecError(f"{name} {n}: unknown fields {sorted(unknown)}")
-                if not kind.dataclass:
+                if not names.issuperset(fields):
+                    unknown = sorted(fields.keys() - names)
+                    raise CodecError(f"{name} {n}: unknown fields {unknown}")
+                if plain_class:
                     kept = {k: getattr(obj, k) for k in kind.transient if hasattr(obj, k)}
                     vars(obj).clear()
                     vars(obj).update(kept)
-                for field_name, make in kind.transient.items():
+                for field_name, fresh in kind.transient.items():
                     if not hasattr(obj, field_name):
-                        set_field(obj, field_name, make())
-                for field_name in declared:
-                    if field_name in fields:
-                        v = fields[field_name]
-                        t = type(v)
-                        if not (v is None or t is str or t is int or t is bool or t is float):
-                            v = value(v)
-                    elif field_name in shared:
-                        v = shared[field_name]
-                    elif field_name in defaults:
-                        v = defaults[field_name]()
-                    else:
-                        raise CodecError(f"{name} {n}: missing field {field_name!r}")
+                        set_field(obj, field_name, fresh())
+                get = fields.get
+                for field_name, shared, make in plan:
+                    v = get(field_name, _MISSING)
+                    if v is _MISSING:
+                        if shared is not _MISSING:
+                            v = shared
+                        elif make is not None:
+                            v = make()
+                        else:
+                            raise CodecError(f"{name} {n}: missing field {field_name!r}")
+                    elif v is not None and type(v) not in scalars:
+                        v = value(v)
                     set_field(obj, field_name, v)
                 if kind.mapping:
                     items = value(fields.get("$items", {}))
@@ -418,6 +423,11 @@ class Decoder:
             size = len(v)
             if size == 1:
                 (tag,) = v
+                if tag == "$ref":
+                    target = self._objects.get(v[tag]) if type(v[tag]) is int else None
+                    if target is None:
+                        raise CodecError(f"a reference to no object ({v[tag]!r})")
+                    return target
                 if tag[:1] == "$":
                     reader = self._readers.get(tag)
                     if reader is None:
@@ -470,6 +480,9 @@ class Decoder:
 
 
 _PLAIN_KEYS = (str, int, float, bool, type(None), bytes)
+#: JSON values that are themselves (no tag to read).
+_SCALARS = frozenset({str, int, float, bool})
+_MISSING: Any = object()
 
 
 def _same(value: Any) -> Any:
