@@ -870,3 +870,37 @@ def test_a_write_that_fails_is_said_once_and_tried_again_later(
         await app.shutdown()
 
     asyncio.run(serve_on_a_full_disk())
+
+
+def test_a_request_the_journal_cannot_take_is_not_acknowledged(tmp_path: Path) -> None:
+    """A client is answered 200 only for what is journaled: when the journal cannot take a
+    request, the answer is a 503 with the reason (not a 500, not a 200 a crash would lose)."""
+    settings = ServerSettings("token-1", "sig_a", "sig_b", clock="virtual", start="2026-01-01")
+    auth = {"Authorization": "Bearer token-1"}
+
+    async def serve_with_a_broken_journal() -> tuple[httpx.Response, httpx.Response, Any]:
+        app = QStashServerApp(settings, DataDir(tmp_path))
+        app.startup()
+        app.persistence.started(app)
+        data_dir = app.persistence
+        assert isinstance(data_dir, DataDir)
+        assert data_dir._journal is not None
+        data_dir._journal.close()  # what a vanished or unwritable file does
+        publish = httpx.Request(
+            "POST", "http://127.0.0.1:1/v2/publish/https://example.com/x", headers=auth
+        )
+        answer = app._api(publish)
+        advance = httpx.Request(
+            "POST", "http://127.0.0.1:1/_qstash/advance", headers=auth, content=b'{"by": "1s"}'
+        )
+        control = await app._control(advance, "advance")
+        status = data_dir.status()
+        await app.shutdown()
+        return answer, control, status
+
+    answer, control, status = asyncio.run(serve_with_a_broken_journal())
+    assert answer.status_code == 503
+    assert "could not record this request" in answer.json()["error"]
+    assert control.status_code == 503
+    assert status is not None
+    assert "journal write failed" in status["error"]

@@ -39,7 +39,7 @@ from ..state.provisioned import carry_over, keep_names
 from . import records, reports
 from .dashboard import DASHBOARD_PATH, Dashboard
 from .deliveries import DEFAULT_ATTEMPT_TIMEOUT_S, ServerDeliveries
-from .persistence import InMemory, Persistence
+from .persistence import InMemory, Persistence, PersistenceError
 from .pools import OriginPools
 
 CONTROL_PREFIX = "/_qstash"
@@ -232,8 +232,11 @@ class QStashServerApp:
     def _api(self, request: httpx.Request) -> httpx.Response:
         if self.settings.clock == "real":
             self._catch_up_clock()  # a publish is stamped with the wall clock's now
-        with self.persistence.api_call(self, request):  # journaled before the answer goes out
-            response = self.fake.handle(request)
+        try:
+            with self.persistence.api_call(self, request):  # journaled before it is answered
+                response = self.fake.handle(request)
+        except PersistenceError as exc:  # not journaled: not acknowledged either
+            return httpx.Response(503, json={"error": str(exc)})
         self._wake_up()
         return response
 
@@ -268,8 +271,11 @@ class QStashServerApp:
             self._authenticate(request)
         except ControlError as exc:
             return httpx.Response(exc.status, json={"error": exc.message})
-        with self.persistence.control(self, request, action):
-            return await self.act(request, action)
+        try:
+            with self.persistence.control(self, request, action):
+                return await self.act(request, action)
+        except PersistenceError as exc:
+            return httpx.Response(503, json={"error": str(exc)})
 
     async def act(self, request: httpx.Request, action: str) -> httpx.Response:
         """A control action, answered (without authentication or journaling: what a data

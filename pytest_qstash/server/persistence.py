@@ -395,7 +395,7 @@ class DataDir(InMemory):
         except sqlite3.Error as exc:
             # Its client gets no answer (an error): only what is journaled is acknowledged.
             self._failed(f"journal write failed: {exc}")
-            raise
+            raise PersistenceError(f"the data dir could not record this request: {exc}") from None
 
     def reset(self) -> None:
         """A reset: the next snapshot as soon as one may be taken (snapshots stay a second
