@@ -575,7 +575,9 @@ def decode(document: Document, into: Mapping[str, Any]) -> dict[str, Any]:
         decoder = Decoder(document["kinds"], targets)
         decoder.fill()
         return {name: decoder.value(value) for name, value in roots.items()}
-    except (KeyError, AttributeError, TypeError, RecursionError) as exc:
+    except CodecError:
+        raise
+    except Exception as exc:  # whatever a malformed file makes a reader raise: refused
         raise CodecError(f"malformed state: {type(exc).__name__}: {exc}") from None
 
 
