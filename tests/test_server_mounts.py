@@ -6,8 +6,11 @@ Published through the real ``qstash`` SDK; the mounted app runs under uvicorn on
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -255,14 +258,17 @@ def test_the_command_line_mounts_and_refuses_a_bad_mount(target: AppProcess) -> 
         assert f"invalid --mount {option!r}" in refused.stderr
         assert words in refused.stderr
 
+    # On a real clock: deliveries go out on their own, through the same mounts.
     args = ["--mount", f"https://a.test={target.url}/a", "--mount", f"https://b.test={target.url}"]
-    with ServerProcess.start(args=args) as server:
+    with ServerProcess.start(clock="real", args=args) as server:
         assert server.mounts == {"https://a.test": f"{target.url}/a", "https://b.test": target.url}
+        assert f"pytest-qstash: mount https://a.test -> {target.url}/a" in status_line(server)
         sdk = QStash(server.token, base_url=server.url, retry=False)
         seen(target)
         sdk.message.publish_json(url="https://a.test/ping", body={})
         sdk.http._client.close()
-        server.drain()
+        server.wait_until(lambda s: len(s.deliveries) == 1)
+        assert server.deliveries.one().url == "https://a.test/ping"
         assert [r["path"] for r in seen(target)] == ["/a/ping"]
 
 
@@ -278,3 +284,21 @@ def test_a_mount_survives_a_restart_with_a_data_dir(tmp_path: Path) -> None:
             "https://b.test": "http://127.0.0.1:2",
             "https://c.test": "http://127.0.0.1:3",
         }
+
+
+def test_a_mount_made_just_before_a_crash_is_kept(tmp_path: Path) -> None:
+    server = ServerProcess.start(args=["--data-dir", str(tmp_path)])
+    server.mount("https://a.test", "http://127.0.0.1:1")
+    os.kill(server.process.pid, signal.SIGKILL)  # before any snapshot: the journal has it
+    server.process.wait(timeout=10)
+    server.stop()
+    with ServerProcess.start(args=["--data-dir", str(tmp_path)]) as restarted:
+        assert restarted.mounts == {"https://a.test": "http://127.0.0.1:1"}
+
+
+def status_line(server: ServerProcess) -> str:
+    """What the server printed on stderr once it serves."""
+    deadline = time.monotonic() + 10
+    while "dashboard at" not in server.output and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return server.output
