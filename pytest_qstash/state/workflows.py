@@ -184,6 +184,11 @@ class WorkflowRun:
         return self.settings.flow_control_key
 
     @property
+    def redact(self) -> tuple[str, ...]:
+        """What the trigger's ``Upstash-Redact-Fields`` hides, for every step of the run."""
+        return self._members[0].message.redact if self._members else ()
+
+    @property
     def created_at(self) -> datetime:
         return ms_to_datetime(self.created_ms)
 
@@ -345,6 +350,10 @@ class WorkflowRuns:
         run = self.runs.get(tag.run_id)
         if run is not None:
             run.settings.fill(opts)
+            # Redaction is the run's (the SDKs send it with the trigger only), whatever the
+            # feature set: a step's body and headers are hidden wherever its trigger's are.
+            if not opts.redact:
+                opts.redact = run.redact
 
     def track(
         self,
