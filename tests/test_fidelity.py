@@ -113,3 +113,19 @@ def test_one_label_and_spaced_labels(qstash: FakeQStash, label: str) -> None:
     ).json()
     expected = [part.strip() for part in label.split(",")]
     assert (answer["labels"], answer["label"]) == (expected, expected[0])
+
+
+def test_the_control_api_splits_labels_as_the_qstash_api(qstash_server: ServerProcess) -> None:
+    qstash_server.reset()
+    client = QStash(qstash_server.token, base_url=qstash_server.url, retry=False)
+    published = client.message.publish(
+        url="http://127.0.0.1:9/x", body="m", label="a,b", delay="1h"
+    )
+    answer = httpx.get(
+        f"{qstash_server.url}/v2/messages/{published.message_id}",  # type: ignore[union-attr]
+        headers={"Authorization": f"Bearer {qstash_server.token}"},
+        trust_env=False,
+    ).json()
+    record = qstash_server.messages.one()
+    assert record.labels == answer["labels"] == ["a", "b"]
+    client.http._client.close()
