@@ -118,6 +118,46 @@ def test_dev_mode_answers_with_the_public_dev_credentials(
             process.communicate(timeout=30)
 
 
+def test_dev_mode_listens_on_8080_by_default() -> None:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", 8080))
+        except OSError:
+            pytest.skip("port 8080 is taken on this machine")
+    env = {k: v for k, v in os.environ.items() if "QSTASH" not in k}
+    env["QSTASH_DEV"] = "true"
+    with subprocess.Popen(
+        SERVE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True
+    ) as process:
+        try:
+            first = read_lines(process, 1)
+            if not first[0] and "already in use" in (
+                process.stderr.read() if process.stderr else ""
+            ):
+                pytest.skip("port 8080 was taken meanwhile")
+            assert first == ["QSTASH_URL=http://127.0.0.1:8080"]
+        finally:
+            process.terminate()
+            process.communicate(timeout=30)
+
+
+def test_dev_mode_keeps_its_state_in_a_data_dir(tmp_path: Path) -> None:
+    data = ["--data-dir", str(tmp_path / "qstash")]
+    with ServerProcess.start(dev=True, clock="real", args=data) as server:
+        assert server.token == DEV_TOKEN
+        client = httpx.Client(base_url=server.url, trust_env=False)
+        answer = client.post(
+            "/v2/publish/http://127.0.0.1:9/later",
+            content="kept",
+            headers={"Authorization": f"Bearer {DEV_TOKEN}", "Upstash-Delay": "1h"},
+        )
+        message_id = answer.json()["messageId"]
+        client.close()
+    with ServerProcess.start(dev=True, clock="real", args=data) as again:
+        assert [m.message_id for m in again.messages] == [message_id]
+        assert again.env["QSTASH_TOKEN"] == DEV_TOKEN
+
+
 def test_dev_mode_refuses_other_credentials() -> None:
     done = subprocess.run(
         [*SERVE, "--dev", "--token", "mine"], capture_output=True, text=True, timeout=60
@@ -215,7 +255,7 @@ def test_a_python_app_pointing_qstash_url_at_it(
     assert [d.status for d in dev_server.deliveries if d.message_id == message_id] == [200]
 
 
-def test_the_fixture_offers_dev_mode(
+def test_the_fixture_offers_dev_mode_and_a_region(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The inner run imports this checkout's package, whatever the environment installed.
@@ -226,7 +266,7 @@ def test_the_fixture_offers_dev_mode(
 
         @pytest.fixture(scope="session")
         def qstash_server_options():
-            return {"dev": True}
+            return {"dev": True, "region": "us-east-1"}
         """
     )
     pytester.makepyfile(
@@ -249,10 +289,14 @@ def test_the_fixture_offers_dev_mode(
             assert keys["current"] == {DEV_CURRENT_SIGNING_KEY!r}
             assert keys["next"] == {DEV_NEXT_SIGNING_KEY!r}
             assert qstash_server.clock == "virtual"  # the fixture's, as ever
+            assert os.environ["QSTASH_REGION"] == "US_EAST_1"
+            assert os.environ["US_EAST_1_QSTASH_URL"] == qstash_server.url
 
 
         def test_a_test_without_it_does_not_see_dev_mode():
             assert "QSTASH_DEV" not in os.environ
+            assert "QSTASH_REGION" not in os.environ
+            assert "US_EAST_1_QSTASH_URL" not in os.environ
         """
     )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
