@@ -11,11 +11,13 @@ import httpx
 import pytest
 from node_support import NodeHarness
 from qstash import QStash
+from workflow_apps import STOCK_URL, Journal, fastapi_workflow_app, stock_app
 
 from pytest_qstash import FakeQStash
 from pytest_qstash.server import ServerProcess
 
 SECRET = "Bearer secret-token"
+SHOP = "https://shop.test"
 
 
 def redacted(text: str) -> str:
@@ -129,3 +131,35 @@ def test_the_control_api_splits_labels_as_the_qstash_api(qstash_server: ServerPr
     record = qstash_server.messages.one()
     assert record.labels == answer["labels"] == ["a", "b"]
     client.http._client.close()
+
+
+def test_a_redacted_python_run_with_a_call(qstash: FakeQStash) -> None:
+    journal = Journal()
+    qstash.mount(SHOP, fastapi_workflow_app(journal))
+    qstash.mount(STOCK_URL, stock_app(journal))
+    auth = {"Authorization": f"Bearer {os.environ['QSTASH_TOKEN']}"}
+    payload = {"order": 7, "sku": "A-1", "qty": 2, "ship_at": int(qstash.now.timestamp()) + 60}
+    started = httpx.post(
+        f"https://qstash.upstash.io/v2/trigger/{SHOP}/order",
+        json=payload,
+        headers={**auth, "Upstash-Redact-Fields": "body"},
+    ).json()
+    qstash.drain()
+    run_id = started["workflowRunId"]
+    assert journal.call_results[run_id] == (
+        200,
+        {"reserved": 2, "sku": "A-1", "key": "stock-secret"},
+    )
+
+    [run] = httpx.get("https://qstash.upstash.io/v2/workflows/logs", headers=auth).json()["runs"]
+    assert run["workflowState"] == "RUN_SUCCESS"
+    steps = {s["stepName"]: s for group in run["steps"] for s in group["steps"]}
+    assert all(s["out"].startswith("REDACTED:") for s in steps.values() if s["out"]), steps
+    assert "A-1" not in str(run)
+    # The request the call sent shows in /v2/logs as in the call step's callBody.
+    [call] = [m for m in qstash.messages if m.url == f"{STOCK_URL}/reserve"]
+    events = httpx.get(
+        "https://qstash.upstash.io/v2/logs", params={"messageId": call.message_id}, headers=auth
+    ).json()["events"]
+    assert {e["body"] for e in events} == {steps["reserve"]["callBody"]}
+    assert steps["reserve"]["callBody"] == redacted(call.body)

@@ -297,8 +297,8 @@ def _run_json(run: WorkflowRun) -> dict[str, Any]:
 
 def _shown(text: str, redact: tuple[str, ...]) -> str:
     """A body or output as the logs show it: ``REDACTED:<sha256>`` when the run's body is
-    redacted (the docs: the step outputs are hidden too)."""
-    return redacted(text.encode()) if "body" in redact else text
+    redacted (the docs: the step outputs are hidden too); nothing stays nothing."""
+    return redacted(text.encode()) if text and "body" in redact else text
 
 
 def _step_json(step: WorkflowStep, calls: list[Message], redact: tuple[str, ...]) -> dict[str, Any]:
