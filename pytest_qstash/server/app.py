@@ -83,6 +83,8 @@ class ServerSettings:
     attempt_timeout: float = DEFAULT_ATTEMPT_TIMEOUT_S
     #: Outbound mounts (``--mount``, ``POST /_qstash/mounts``): (URL prefix, target) pairs.
     mounts: tuple[Redirect, ...] = ()
+    #: The region deliveries are marked with (``us-east-1``), or None.
+    region: str | None = None
 
 
 def build_fake(
@@ -109,6 +111,7 @@ def build_fake(
         current_signing_key=settings.current_signing_key,
         next_signing_key=settings.next_signing_key,
         plan=plan if plan is not None else settings.plan,
+        region=settings.region,
     )
     fake._sender.network = True  # the user runs a server: unmounted URLs are real endpoints
     return fake
