@@ -10,7 +10,6 @@ command that runs them in that order, in one process.
 
 from __future__ import annotations
 
-import os
 import re
 import tempfile
 from collections.abc import Iterator
@@ -40,7 +39,8 @@ def pytest_runtest_makereport(item: pytest.Item) -> Iterator[None]:
     if len(ran) < 2:  # the first test of its process leans on no other
         return
     item.stash[_SHOWN] = True
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    # From the config, not the environment: an inner pytester run in a worker is "main".
+    worker = getattr(item.config, "workerinput", {}).get("workerid", "main")
     name = re.sub(r"[^\w.-]+", "_", item.nodeid)[-80:]
     path = Path(tempfile.gettempdir()) / "pytest-qstash-order" / f"{worker}-{name}.txt"
     path.parent.mkdir(parents=True, exist_ok=True)
