@@ -73,10 +73,12 @@ class Dashboard:
         self.app = app
         self._actions: dict[str, Callable[[dict[str, Any]], httpx.Request]] = {
             "tick": lambda body: self._control_request("tick", {}),
-            "advance": lambda body: self._control_request("advance", {"by": body.get("by")}),
-            "advance_to": lambda body: self._control_request("advance_to", {"to": body.get("to")}),
+            "advance": lambda body: self._control_request("advance", {"by": _named(body, "by")}),
+            "advance_to": lambda body: self._control_request(
+                "advance_to", {"to": _named(body, "to")}
+            ),
             "redeliver": lambda body: self._control_request(
-                "redeliver", {"message_id": body.get("message_id")}
+                "redeliver", {"message_id": _named(body, "message_id")}
             ),
             "retry_dlq": lambda body: self._api_request(
                 "POST", f"/v2/dlq/retry/{quote(_named(body, 'dlq_id'), safe='')}"
@@ -173,11 +175,11 @@ class Dashboard:
             known = ", ".join(self._actions)
             return _error(404, f"no dashboard action {action!r}; there are: {known}")
         try:
-            body = json.loads(request.content or b"{}")
-        except ValueError:
+            body = json.loads(request.content or b"{}", parse_constant=_not_json)
+        except (ValueError, RecursionError):  # nested too deep, NaN, not JSON at all
             body = None
         if not isinstance(body, dict):
-            return _error(400, "expected a JSON object as the body")
+            return _error(400, "expected a JSON object (no NaN or Infinity) as the body")
         try:
             inner = make(body)
         except ValueError as exc:
@@ -200,6 +202,10 @@ class Dashboard:
 
     def _auth(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self.app.fake.token}"}
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
 
 
 def _named(body: dict[str, Any], name: str) -> str:
