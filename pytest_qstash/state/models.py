@@ -152,6 +152,8 @@ class Message:
     #: out) rather than the callback sent after each attempt.
     is_failure_callback: bool = False
     workflow_run_id: str | None = None
+    #: When a DLQ retry published this message: the id of the message that failed.
+    retried_from: str | None = None
     deliveries: list[Delivery] = field(default_factory=list)
     #: How many deliveries in a row, at one virtual instant, led to this message (0 when it
     #: was published by the test, or is due later): what the loop guard watches.

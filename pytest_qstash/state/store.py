@@ -531,6 +531,7 @@ class Store:
             callback_for=failed.callback_for,
         )
         message.is_failure_callback = failed.is_failure_callback
+        message.retried_from = failed.message_id
         message.from_schedule = False  # the test's own doing now, whatever started it
         if failed.workflow_run_id is not None:
             self.workflows.replace_dead_letter(failed, message, entry)
