@@ -212,11 +212,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     warning = beyond_loopback_warning(sock.getsockname()[0])
     if warning is not None:
         print(warning, file=sys.stderr, flush=True)
+    _large_blocks_go_back()
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(
             _serve(app, sock, args.log_level, args.stop_with_parent, idle_timeout_ms / 1000)
         )
     return 0
+
+
+def _large_blocks_go_back() -> None:
+    """glibc maps blocks from 128 KiB up and unmaps them when freed, but raises that bound
+    to the largest block freed so far (up to 32 MiB): after one 20 MiB answer, the next ones
+    land in the heap and the process keeps their memory. A fixed bound keeps every large body
+    (a request's, an endpoint's answer) returned to the system once it is let go."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return
+    try:
+        libc = ctypes.CDLL(name)
+        libc.mallopt(-3, 1024 * 1024)  # M_MMAP_THRESHOLD: 1 MiB, no longer moving
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt): its own policy
+        pass
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -50,6 +50,12 @@ class FlowControl:
     period: int = 1  # seconds, QStash's default when only a key and limits are given
 
 
+#: How much of an endpoint's answer an attempt's record keeps (and its log entries and DLQ
+#: entry): its first MiB. QStash documents no bound for what its logs keep; its callbacks carry
+#: the answer cut to the plan's largest message, the smallest of which is 1 MiB.
+KEPT_RESPONSE_BYTES = 1024 * 1024
+
+
 @dataclass(eq=False, slots=True)
 class Delivery:
     """One HTTP attempt of a message (or callback) to its destination."""
