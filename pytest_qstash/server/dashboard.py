@@ -45,6 +45,9 @@ ACTION_HEADER = "x-qstash-dashboard"
 PAGE_SIZE = 50
 #: The longest search text taken.
 MAX_SEARCH = 200
+#: Searches whose results per item are remembered (a few tabs, a few searches each).
+_SEARCHES_REMEMBERED = 8
+_SEARCHED_FIELDS_FIXED = frozenset({"messages", "dlq", "events", "runs"})
 #: Lists the page shows inside others (each message carries its attempts): only counted.
 _COUNTED_ONLY = frozenset({"deliveries"})
 
@@ -85,6 +88,7 @@ class Dashboard:
         #: Each item a poll carried: the digest of its row and the version it changed at.
         self._seen: dict[str, tuple[str, int]] = {}
         self._resets_seen = app.resets
+        self._searched: dict[tuple[str, str], dict[str, bool]] = {}
         self._actions: dict[str, Callable[[dict[str, Any]], httpx.Request]] = {
             "tick": lambda body: self._control_request("tick", {}),
             "advance": lambda body: self._control_request("advance", {"by": _named(body, "by")}),
@@ -161,6 +165,7 @@ class Dashboard:
         if self._resets_seen != self.app.resets:  # a new store: nothing seen is current
             self._resets_seen = self.app.resets
             self._seen.clear()
+            self._searched.clear()
         counts = {}
         chosen: list[Any] = []
         for name in records.LISTS:
@@ -175,6 +180,9 @@ class Dashboard:
         states: dict[str, int] = {}
         matched = []
         needle = query.search.lower()
+        # Only where what the search reads never changes (a schedule's URL may).
+        remember = needle and query.list in _SEARCHED_FIELDS_FIXED
+        searched = self._search_memo(query.list, needle) if remember else {}
         for position in range(len(chosen) - 1, -1, -1):  # newest first
             item = chosen[position]
             state = shown.state_of(item)
@@ -182,8 +190,13 @@ class Dashboard:
                 states[state] = states.get(state, 0) + 1
             if query.state and state != query.state:
                 continue
-            if needle and not dashboard_views.matches(shown, item, needle):
-                continue
+            if needle:
+                key = shown.key_of(item) if shown.key_of is not None else f"#{position}"
+                hit = searched.get(key)
+                if hit is None:
+                    hit = searched[key] = dashboard_views.matches(shown, item, needle)
+                if not hit:
+                    continue
             matched.append((position, item))
         page = matched[query.page * PAGE_SIZE : (query.page + 1) * PAGE_SIZE]
         since = self._since(query.since)
@@ -229,6 +242,18 @@ class Dashboard:
             },
             "open": opened,
         }
+
+    def _search_memo(self, name: str, needle: str) -> dict[str, bool]:
+        """Whether each item matched ``needle`` before: what the search looks at (ids, URLs,
+        labels, bodies) never changes, so a tab polling one search each second looks only at
+        the items added since. The last few searches are remembered."""
+        memo = self._searched.pop((name, needle), None)
+        if memo is None:
+            memo = {}
+            while len(self._searched) >= _SEARCHES_REMEMBERED:
+                del self._searched[next(iter(self._searched))]
+        self._searched[(name, needle)] = memo  # now the newest
+        return memo
 
     def _since(self, version: str) -> int | None:
         instance, _, number = version.partition(".")
