@@ -3,8 +3,8 @@ a real headless browser (Debian's chromium, driven by Selenium through the syste
 chromedriver). The server, an app under uvicorn (``dashboard_app``) and the real SDK are real
 processes on loopback.
 
-``PYTEST_QSTASH_SCREENSHOT=docs/dashboard.png pytest tests/test_dashboard.py`` saves the page
-as the docs show it.
+``PYTEST_QSTASH_SCREENSHOTS=docs/img pytest tests/test_dashboard.py -k screenshots`` saves the
+pages the docs show.
 """
 
 from __future__ import annotations
@@ -240,11 +240,6 @@ def test_the_dashboard_in_a_browser(
     failed_steps = texts(browser, f"{failed_card} .step")
     assert "validate" in failed_steps[0]
     assert "step 2" in failed_steps[1]  # where it stopped, on the timeline too
-
-    screenshot = os.environ.get("PYTEST_QSTASH_SCREENSHOT")
-    if screenshot:
-        browser.set_window_size(1100, 860)
-        browser.save_screenshot(screenshot)
 
 
 def test_parallel_steps_share_a_bracket(
