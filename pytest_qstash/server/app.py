@@ -367,6 +367,19 @@ class QStashServerApp:
             return httpx.Response(200, json=answers)
         raise ControlError(404, f"POST {CONTROL_PREFIX}/{action} is no control endpoint")
 
+    # -- what the dashboard calls (``dashboard.Host``) --------------------------------------
+    def state(self) -> dict[str, Any]:
+        """The clock and plan, as ``GET /_qstash/state`` answers them."""
+        return self._state()
+
+    async def control(self, request: httpx.Request, action: str) -> httpx.Response:
+        """A control API request, answered as over HTTP (the token checked)."""
+        return await self._control(request, action)
+
+    def api(self, request: httpx.Request) -> httpx.Response:
+        """A QStash API request, answered as over HTTP."""
+        return self._api(request)
+
     def _state(self) -> dict[str, Any]:
         due = self.fake.next_due()
         return {

@@ -23,17 +23,15 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import quote, unquote
 
 import httpx
 
 from .. import report
+from ..fake import FakeQStash
 from ..state.workflows import WorkflowRun
 from . import dashboard_links, dashboard_views, records
-
-if TYPE_CHECKING:
-    from .app import QStashServerApp
 
 DASHBOARD_PATH = "/_qstash/dashboard"
 #: The cookie's name, with the server's port: cookies do not tell ports apart, and two servers
@@ -77,10 +75,26 @@ def _static(name: str) -> bytes:
     return resources.files(__package__).joinpath("static").joinpath(name).read_bytes()
 
 
+class Host(Protocol):
+    """What the dashboard needs of the server app it is part of (``app.QStashServerApp``)."""
+
+    @property
+    def fake(self) -> FakeQStash: ...
+
+    @property
+    def resets(self) -> int: ...
+
+    def state(self) -> dict[str, Any]: ...
+
+    async def control(self, request: httpx.Request, action: str) -> httpx.Response: ...
+
+    def api(self, request: httpx.Request) -> httpx.Response: ...
+
+
 class Dashboard:
     """The dashboard's routes, over one server app (whose fake changes on every reset)."""
 
-    def __init__(self, app: QStashServerApp) -> None:
+    def __init__(self, app: Host) -> None:
         self.app = app
         #: Tells this server's versions from another's (a page left open across a restart).
         self._instance = secrets.token_hex(4)
@@ -228,7 +242,7 @@ class Dashboard:
             }
         return {
             "version": f"{self._instance}.{self._version}",
-            "state": self.app._state(),
+            "state": self.app.state(),
             "resets": self.app.resets,
             "counts": counts,
             "list": {
@@ -327,8 +341,8 @@ class Dashboard:
             return _error(400, str(exc))
         if inner.url.path.startswith("/_qstash/"):
             action_path = inner.url.path.removeprefix("/_qstash/")
-            return await self.app._control(inner, action_path)
-        return self.app._api(inner)
+            return await self.app.control(inner, action_path)
+        return self.app.api(inner)
 
     def _control_request(self, action: str, body: dict[str, Any]) -> httpx.Request:
         return httpx.Request(
