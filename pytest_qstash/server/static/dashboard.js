@@ -140,6 +140,7 @@ async function requestPoll() {
 }
 
 async function poll() {
+  const asked = JSON.stringify(route);
   const key = JSON.stringify([route.tab, route.q, route.state, route.page]);
   const params = new URLSearchParams({ list: route.tab, page: String(route.page) });
   if (route.q) params.set("q", route.q);
@@ -158,6 +159,8 @@ async function poll() {
     return;
   }
   const result = await answer.json();
+  // The person went elsewhere meanwhile: this answer is for a view no longer on screen.
+  if (JSON.stringify(route) !== asked) { again = true; return; }
   if (!answer.ok) {
     if (route.tab !== "messages" && /no list/.test(result.error || "")) { go(href("messages"), true); return; }
     setStatus(result.error || answer.statusText, true);
@@ -187,6 +190,7 @@ async function poll() {
       detailDigest = opened.digest;
       detail = await fetchItem(route.tab, route.id);
       changed = true;
+      if (JSON.stringify(route) !== asked) { again = true; return; }
     }
   } else if (detail) {
     detail = null;
