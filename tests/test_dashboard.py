@@ -9,6 +9,7 @@ pages the docs show.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import time
@@ -474,3 +475,18 @@ def test_screenshots(
                 browser.save_screenshot(str(Path(folder) / name))
     finally:
         browser.set_window_size(1200, 800)
+
+
+def test_polls_follow_one_another(browser: Any, qstash_server: ServerProcess) -> None:
+    browser.get(dashboard_link(qstash_server.url, qstash_server.token))
+    wait_for(browser, "the clock", lambda d: d.find_element("id", "now").text.endswith("Z"))
+    browser.execute_script("performance.clearResourceTimings()")
+    time.sleep(3.5)
+    polls = browser.execute_script(
+        "return performance.getEntriesByType('resource')"
+        ".filter((e) => e.name.includes('/dashboard/data'))"
+        ".map((e) => [e.startTime, e.responseEnd])"
+    )
+    assert 2 <= len(polls) <= 5, polls  # about one a second
+    for (_, ended), (started, _) in itertools.pairwise(polls):
+        assert started >= ended, polls  # never two at once
