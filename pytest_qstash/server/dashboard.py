@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -191,28 +192,22 @@ class Dashboard:
             if name == query.list:
                 chosen = list(items)
         shown = dashboard_views.view(query.list)
-        states: dict[str, int] = {}
-        matched = []
+        state_of = list(map(shown.state_of, chosen))
+        states = Counter(state for state in state_of if state is not None)
         needle = query.search.lower()
-        # Only where what the search reads never changes (a schedule's URL may).
-        remember = needle and query.list in _SEARCHED_FIELDS_FIXED
-        searched = self._search_memo(query.list, needle) if remember else {}
-        for position in range(len(chosen) - 1, -1, -1):  # newest first
-            item = chosen[position]
-            state = shown.state_of(item)
-            if state is not None:
-                states[state] = states.get(state, 0) + 1
-            if query.state and state != query.state:
-                continue
-            if needle:
-                key = shown.key_of(item) if shown.key_of is not None else f"#{position}"
-                hit = searched.get(key)
-                if hit is None:
-                    hit = searched[key] = dashboard_views.matches(shown, item, needle)
-                if not hit:
-                    continue
-            matched.append((position, item))
-        page = matched[query.page * PAGE_SIZE : (query.page + 1) * PAGE_SIZE]
+        first = query.page * PAGE_SIZE
+        page: list[tuple[int, Any]]
+        if not needle and not query.state:  # the common case: a slice, newest first
+            newest = len(chosen) - 1
+            page = [
+                (position, chosen[position])
+                for position in range(newest - first, max(-1, newest - first - PAGE_SIZE), -1)
+            ]
+            matched_count = len(chosen)
+        else:
+            matched = self._matching(query, shown, chosen, state_of, needle)
+            page = matched[first : first + PAGE_SIZE]
+            matched_count = len(matched)
         since = self._since(query.since)
         changed = False
         rows = []
@@ -248,7 +243,7 @@ class Dashboard:
             "list": {
                 "name": query.list,
                 "total": len(chosen),
-                "matched": len(matched),
+                "matched": matched_count,
                 "page": query.page,
                 "page_size": PAGE_SIZE,
                 "states": states,
@@ -256,6 +251,34 @@ class Dashboard:
             },
             "open": opened,
         }
+
+    def _matching(
+        self,
+        query: _Query,
+        shown: dashboard_views.View,
+        chosen: list[Any],
+        state_of: list[str | None],
+        needle: str,
+    ) -> list[tuple[int, Any]]:
+        """The items (and their places) the state filter and the search let through, newest
+        first."""
+        # Only where what the search reads never changes (a schedule's URL may).
+        remember = needle and query.list in _SEARCHED_FIELDS_FIXED
+        searched = self._search_memo(query.list, needle) if remember else {}
+        matched = []
+        for position in range(len(chosen) - 1, -1, -1):
+            if query.state and state_of[position] != query.state:
+                continue
+            item = chosen[position]
+            if needle:
+                key = shown.key_of(item) if shown.key_of is not None else f"#{position}"
+                hit = searched.get(key)
+                if hit is None:
+                    hit = searched[key] = dashboard_views.matches(shown, item, needle)
+                if not hit:
+                    continue
+            matched.append((position, item))
+        return matched
 
     def _search_memo(self, name: str, needle: str) -> dict[str, bool]:
         """Whether each item matched ``needle`` before: what the search looks at (ids, URLs,
