@@ -86,7 +86,8 @@ def as_test_module(sample: Sample) -> str:
     functions = (ast.FunctionDef, ast.AsyncFunctionDef)
     defines = [node for node in tree.body if isinstance(node, functions)]
     if sample.file:
-        return f"{header}import {Path(sample.file).stem}\n\n\ndef test_sample_imports():\n    pass\n"
+        module = Path(sample.file).stem
+        return f"{header}import {module}\n\n\ndef test_sample_imports():\n    pass\n"
     runs_as_module = any(node.name.startswith("test_") for node in defines)
     if defines and (
         runs_as_module
