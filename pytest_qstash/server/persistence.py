@@ -57,6 +57,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from ..delivery.mounts import merge_redirects
 from ..state.account import Account
 from ..state.clock import VirtualClock
 from ..state.ids import IdGenerator
@@ -91,7 +92,8 @@ CREATE TABLE IF NOT EXISTS journal (
     drawn INTEGER NOT NULL   -- the id generator's position before it was handled
 )
 """
-#: The settings a data dir keeps (the rest is the operator's choice at each start).
+#: The settings a data dir keeps (the rest is the operator's choice at each start; the
+#: outbound mounts are kept, and those given at a start join them).
 _SETTINGS = ("token", "current_signing_key", "next_signing_key", "clock", "start", "seed", "plan")
 
 
@@ -473,7 +475,11 @@ class DataDir(InMemory):
                     f"one given ({option} or the environment): leave it out to keep the "
                     "stored one, or use another --data-dir"
                 )
-        # How long one attempt may take is the operator's choice at each start, not state.
+        # How long one attempt may take, and the region deliveries are marked with, are the
+        # operator's choice at each start, not state; mounts given at this start join the
+        # stored ones.
+        if "mounts" in fields:
+            kept["mounts"] = merge_redirects(_redirects(stored.get("mounts")), given.mounts)
         return dataclasses.replace(given, **kept)
 
     def started(self, app: Served) -> None:
@@ -648,8 +654,10 @@ class DataDir(InMemory):
         roots = {**_roots(fake), "extras": fake.saved_extras()}
         values, rows = codec.encode(roots)
         settings = app.settings
+        kept = {name: getattr(settings, name, None) for name in _SETTINGS}
+        kept["mounts"] = [list(pair) for pair in getattr(settings, "mounts", ())]
         meta = {
-            "settings": {name: getattr(settings, name, None) for name in _SETTINGS},
+            "settings": kept,
             "resets": app.resets,
         }
         return {"roots": values, "meta": meta}, rows
@@ -933,6 +941,17 @@ class DataDir(InMemory):
             )
         )
         return f"state kept in {self.path} (restored: {restored})"
+
+
+def _redirects(value: Any) -> tuple[tuple[str, str], ...]:
+    """Stored outbound mounts: [prefix, target] pairs of text (anything else: none)."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(
+        (pair[0], pair[1])
+        for pair in value
+        if isinstance(pair, list) and len(pair) == 2 and all(type(p) is str for p in pair)
+    )
 
 
 def _json(value: Any, where: str) -> Any:
