@@ -863,6 +863,9 @@ class DataDir(InMemory):
         # Autocommit: each entry is its own transaction, in the WAL before the answer goes
         # out; NORMAL: no fsync per entry (a killed process loses nothing the OS was given).
         db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        # Exclusive, set before WAL: no shared-memory index and no lock taken per entry
+        # (half an entry's cost); only this server reads its journals while it runs.
+        db.execute("PRAGMA locking_mode=EXCLUSIVE")
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         # No checkpoints while serving (each would copy and sync on the request's path):
