@@ -50,6 +50,7 @@ MARKER_OPTIONS = (
     "delivery_timeout",
     "base_urls",
     "plan",
+    "retention",
     "strict_teardown",
 )
 #: What an ini option does, where its FakeQStash keyword's name does not say it.
@@ -57,12 +58,17 @@ _INI_WHAT = {
     "strict_teardown": (
         "fail a test that leaves due messages undelivered or DLQ entries nobody read"
     ),
+    "retention": (
+        "forget logs, finished messages and deliveries after the plan's log retention, "
+        "DLQ entries after its DLQ retention"
+    ),
 }
 _BOOL_INI = {
     "qstash_freeze_time": ("freeze_time", True),
     "qstash_raise_app_exceptions": ("raise_app_exceptions", True),
     "qstash_strict": ("strict", True),
     "qstash_strict_teardown": ("strict_teardown", False),
+    "qstash_retention": ("retention", False),
 }
 
 

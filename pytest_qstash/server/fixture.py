@@ -27,7 +27,9 @@ _REPORTED_KEY = pytest.StashKey[bool]()
 def qstash_server_options() -> dict[str, Any]:
     """Override (session scope) to start the server otherwise: ``clock`` ("virtual"),
     ``start`` (an ISO 8601 moment), ``seed``, ``attempt_timeout`` (the real-time bound on one
-    delivery attempt: seconds or a duration, default 30 s), ``args`` (more ``serve``
+    delivery attempt: seconds or a duration, default 30 s), ``retention`` (True: forget
+    records past the plan's retention, as ``serve`` does by default; the fixture's default is
+    False, so that a test's records stay whole as in-process), ``args`` (more ``serve``
     options)."""
     return {}
 
@@ -45,7 +47,7 @@ def qstash_server(
     ``reset()`` to forget what earlier tests left."""
     from .process import ServerProcess
 
-    options = {"clock": "virtual", **qstash_server_options}
+    options = {"clock": "virtual", "retention": False, **qstash_server_options}
     options["args"] = ["--credentials-from-env", "--stop-with-parent", *options.get("args", ())]
     server = ServerProcess.start(**options)
     request.config.stash[_SERVER_KEY] = server

@@ -43,11 +43,16 @@ class ServerProcess(Client):
         start: str | None = None,
         seed: int | str = 0,
         attempt_timeout: float | str | None = None,
+        retention: bool | None = None,
         args: list[str] | tuple[str, ...] = (),
         timeout: float = 30.0,
     ) -> ServerProcess:
         """``attempt_timeout``: the real-time bound on one delivery attempt (seconds or a
-        duration such as ``"500ms"``; the server's default is 30 s)."""
+        duration such as ``"500ms"``; the server's default is 30 s). ``retention``: whether
+        the plan's retention forgets old records (``serve --retention on|off``; None: the
+        server's default, on)."""
+        if retention is not None and not isinstance(retention, bool):
+            raise TypeError(f"invalid retention={retention!r}: expected True or False")
         command = [
             sys.executable,
             "-m",
@@ -63,6 +68,7 @@ class ServerProcess(Client):
                 if attempt_timeout is not None
                 else []
             ),
+            *([f"--retention={'on' if retention else 'off'}"] if retention is not None else []),
             *args,
         ]
         log = tempfile.TemporaryFile()  # noqa: SIM115  # kept for the process's lifetime
