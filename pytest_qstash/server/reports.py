@@ -33,7 +33,8 @@ class Mark:
         return cls(
             generation,
             len(store.messages),
-            len(store.deliveries),
+            # Counting those retention dropped: the mark stays a position in all of them.
+            len(store.deliveries) + store.deliveries.dropped,
             len(store.workflows.runs),
             store.api_errors.total,
         )
@@ -57,13 +58,14 @@ def since(store: Store, mark: Mark | None, generation: int) -> str | None:
     if mark is None or mark.generation != generation:
         mark = Mark(generation, 0, 0, 0, 0)
     view = _view(store, mark)
-    return report.section(view, len(store.deliveries) - mark.deliveries)
+    return report.section(view, len(store.deliveries) + store.deliveries.dropped - mark.deliveries)
 
 
 def _view(store: Store, mark: Mark) -> Store:
     """A shallow copy of ``store`` whose histories start at ``mark``: read, never changed."""
     view = copy.copy(store)
-    touched = {d.message_id for d in store.deliveries[mark.deliveries :]}
+    since = max(0, mark.deliveries - store.deliveries.dropped)
+    touched = {d.message_id for d in store.deliveries[since:]}
     touched.update(store.in_flight)
     view.messages = {
         message_id: message
