@@ -16,7 +16,7 @@ import pytest
 from apps import WebApp
 from qstash import AsyncQStash, QStash
 from qstash.errors import QStashError
-from reliability_apps import BASE, apublish, publish
+from reliability_apps import BASE, HOOKS, apublish, make_hooks_app, publish
 from workflow_apps import STOCK_URL, Journal, fastapi_workflow_app, stock_app
 
 from pytest_qstash import FakeQStash
@@ -203,6 +203,37 @@ def test_a_run_that_succeeded_goes_after_the_log_retention(qstash: FakeQStash) -
     qstash.advance("3d")
     assert list(qstash.runs) == []
     assert list(qstash.messages) == []
+
+
+@free_with_retention
+def test_queues_callbacks_and_dedup_go_on_working_while_records_expire(
+    qstash: FakeQStash, client: QStash, shop: WebApp
+) -> None:
+    qstash.mount(HOOKS, make_hooks_app().app)
+    for day in range(5):
+        for n in range(3):
+            client.message.enqueue(
+                queue="serial",
+                url=f"{BASE}/ok",
+                body=f"day {day} job {n}",
+                callback=f"{HOOKS}/callback",
+                failure_callback=f"{HOOKS}/failure",
+                deduplication_id=f"job-{n}",  # the same ids each day: the window is 10 min
+            )
+        publish(client, f"{BASE}/http-500", f"day {day} fails", retries=0)
+        qstash.advance("1d")
+        kept = {message.body for message in qstash.messages if message.kind == "message"}
+        # Now is the end of that day: what finished three days ago or more is gone.
+        days_kept = {f"day {d}" for d in range(max(0, day - 1), day + 1)}
+        assert {body.rsplit(" job", 1)[0].replace(" fails", "") for body in kept} == days_kept
+        assert len(qstash.dlq) == len(days_kept)
+    assert all(message.done for message in qstash.messages)
+    [queue] = client.queue.list()
+    assert queue.name == "serial"
+    assert queue.lag == 0
+    # Three jobs a day, each with its callback, and one failure, for two days: nothing older.
+    assert len(qstash.messages) == 2 * (3 + 3 + 1)
+    assert qstash.store.dedup.kept <= 3
 
 
 # -- in-process, retention off (the default) --------------------------------------------------
