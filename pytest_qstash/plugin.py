@@ -158,6 +158,11 @@ def _header_parts(config: pytest.Config) -> list[str]:
             parts.append("strict teardown")
     except (ValueError, pytest.UsageError):
         pass
+    try:
+        if config.getini("qstash_retention"):
+            parts.append("plan retention")
+    except (ValueError, pytest.UsageError):
+        pass
     return parts
 
 

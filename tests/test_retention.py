@@ -279,7 +279,9 @@ def test_the_ini_option_turns_it_on(pytester: pytest.Pytester) -> None:
             assert qstash.retention is True
         """
     )
-    pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=1)
+    result = pytester.runpytest("-p", "no:randomly")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["qstash: *, plan retention"])
 
 
 # -- the building blocks ----------------------------------------------------------------------
