@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -32,6 +33,7 @@ import httpx
 
 from ..api import same_token
 from ..api._http import request_path
+from ..delivery.mounts import Redirect, check_redirect, merge_redirects, mount_url
 from ..fake import FakeQStash
 from ..state.models import Delivery
 from ..state.plans import DEFAULT_PLAN, PLANS, plan_named
@@ -82,6 +84,8 @@ class ServerSettings:
     #: Whether the plan's log and DLQ retention forget old records (on: a server left
     #: running stays bounded).
     retention: bool = True
+    #: Outbound mounts (``--mount``, ``POST /_qstash/mounts``): (URL prefix, target) pairs.
+    mounts: tuple[Redirect, ...] = ()
 
 
 def build_fake(
@@ -195,6 +199,7 @@ class QStashServerApp:
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._pool = OriginPools()
+        self._pool.mounts = self.settings.mounts
         self.fake._sender.pool = self._pool
         if self.settings.clock == "real":
             self._follower = asyncio.get_running_loop().create_task(self._follow_wall_clock())
@@ -225,6 +230,27 @@ class QStashServerApp:
             catch_up=self._catch_up_clock if real else None,
             on_end=self._wake_up if real else None,
         )
+
+    def mount(self, prefix: str, to: str) -> Redirect:
+        """Send the outbound requests under ``prefix`` to ``to`` from now on (a prefix mounted
+        already changes its target); ``ValueError`` saying what is accepted."""
+        pair = check_redirect(prefix, to)
+        self._set_mounts(merge_redirects(self.settings.mounts, [pair]))
+        return pair
+
+    def unmount(self, prefix: str) -> bool:
+        """Forget the mount at ``prefix``; False when there was none."""
+        prefix = mount_url(prefix)
+        kept = tuple(m for m in self.settings.mounts if m[0] != prefix)
+        removed = len(kept) != len(self.settings.mounts)
+        self._set_mounts(kept)
+        return removed
+
+    def _set_mounts(self, mounts: tuple[Redirect, ...]) -> None:
+        # On the settings: what a data dir keeps, and what a reset leaves alone.
+        self.settings = dataclasses.replace(self.settings, mounts=mounts)
+        if self._pool is not None:
+            self._pool.mounts = mounts
 
     def _wake_up(self) -> None:
         if self._wake is not None:
@@ -299,6 +325,8 @@ class QStashServerApp:
             return httpx.Response(200, json=self._state())
         if method == "GET" and action == "mark":
             return httpx.Response(200, json=reports.Mark.of(self.fake.store, self._resets).json())
+        if action == "mounts" and method in ("GET", "POST", "DELETE"):
+            return self._mounts(method, request)
         if method != "POST":
             raise ControlError(404, f"{method} {CONTROL_PREFIX}/{action} is no control endpoint")
         body = _json_body(request)
@@ -368,6 +396,19 @@ class QStashServerApp:
                 self._wake.set()
             return httpx.Response(200, json=answers)
         raise ControlError(404, f"POST {CONTROL_PREFIX}/{action} is no control endpoint")
+
+    def _mounts(self, method: str, request: httpx.Request) -> httpx.Response:
+        """GET lists the outbound mounts; POST ``{"prefix", "to"}`` adds one; DELETE
+        ``{"prefix"}`` removes one (``{"removed": false}`` when there was none)."""
+        if method == "POST":
+            body = _json_body(request)
+            prefix, to = self.mount(_required(body, "prefix"), _required(body, "to"))
+            return httpx.Response(200, json={"prefix": prefix, "to": to})
+        if method == "DELETE":
+            removed = self.unmount(_required(_json_body(request), "prefix"))
+            return httpx.Response(200, json={"removed": removed})
+        mounts = [{"prefix": prefix, "to": to} for prefix, to in self.settings.mounts]
+        return httpx.Response(200, json=mounts)
 
     def _state(self) -> dict[str, Any]:
         due = self.fake.next_due()
