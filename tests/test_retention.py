@@ -378,6 +378,27 @@ def test_a_server_forgets_by_default(endpoint: _Endpoint) -> None:
         sdk.http._client.close()
 
 
+def test_a_server_report_since_a_mark_counts_what_retention_dropped(endpoint: _Endpoint) -> None:
+    with ServerProcess.start(clock="virtual", start=START, args=["--plan=free"]) as server:
+        sdk = QStash(server.token, base_url=server.url)
+        for n in range(3):
+            sdk.message.publish(url=f"{endpoint.url}/ok", body=f"before {n}")
+        server.tick()
+        server.advance("2d")
+        mark = server.mark()
+        server.advance("2d")  # the three deliveries before the mark expire
+        sdk.message.publish(url=f"{endpoint.url}/fail", body="after the mark", retries=0)
+        server.tick()
+        sdk.message.publish(url=f"{endpoint.url}/ok", body="due tomorrow", delay="1d")
+        report = server.report(since=mark)
+        assert report is not None
+        assert "after the mark" in report
+        assert "due tomorrow" in report  # created since the mark, never attempted
+        assert "before" not in report
+        assert "1 delivery attempt" in report
+        sdk.http._client.close()
+
+
 def test_a_server_with_retention_off_keeps_everything(endpoint: _Endpoint) -> None:
     with ServerProcess.start(
         clock="virtual", start=START, retention=False, args=["--plan=free"]
