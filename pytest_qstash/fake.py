@@ -30,6 +30,7 @@ from .durations import Duration, parse_duration_ms
 from .errors import AsyncContextError, DeliveryLoopError
 from .intercept import QStashRouter
 from .query import Found
+from .regions import region_named
 from .state import waiters as waits
 from .state import workflow_dlq
 from .state.account import Account
@@ -93,6 +94,8 @@ class FakeQStash:
     - ``retention``: forget log entries, finished messages, deliveries and runs after the
       plan's log retention, and DLQ entries after its DLQ retention, as QStash does
       (default False: a test's records stay whole however far it advances).
+    - ``region``: ``"us-east-1"`` or ``"eu-central-1"``: deliveries carry ``Upstash-Region``
+      (``US-EAST-1``), as a multi-region account's do (default None: no header).
     """
 
     def __init__(
@@ -114,6 +117,7 @@ class FakeQStash:
         current_signing_key: str | None = None,
         next_signing_key: str | None = None,
         plan: str = DEFAULT_PLAN,
+        region: str | None = None,
         retention: bool = False,
     ) -> None:
         _check_settings(
@@ -134,6 +138,8 @@ class FakeQStash:
         ):
             raise TypeError(f"invalid base_urls {base_urls!r}: expected a list of URL strings")
         timeout_ms = parse_duration_ms(delivery_timeout, what="delivery_timeout")
+        #: The region deliveries come from (``regions.Region``), or None.
+        self.region = region_named(region) if region is not None else None
         if timeout_ms <= 0:
             raise ValueError(
                 f"invalid delivery_timeout={delivery_timeout!r}: expected a duration above "
@@ -171,6 +177,7 @@ class FakeQStash:
                 strict_routing=strict,
                 max_same_instant=max_deliveries_per_instant,
                 max_per_call=max_deliveries_per_call,
+                region=self.region.header if self.region is not None else None,
             ),
             on_time=self._app_clock.move_to,
             handler_times=self._handler_times,
@@ -874,7 +881,8 @@ def _moment_ms(value: datetime | str | float) -> int:
     """A moment as unix milliseconds, between 1970 and the end of 9999 (what QStash's times
     and a datetime can both hold); naive datetimes are read as UTC."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if not math.isfinite(value):
+        # In milliseconds: 1e308 seconds is a float, but not as milliseconds.
+        if isinstance(value, float) and not math.isfinite(value * 1000):
             raise ValueError(f"invalid moment {value!r}: expected {_MOMENT_FORMS}")
         ms = round(value * 1000)
     else:

@@ -51,6 +51,7 @@ MARKER_OPTIONS = (
     "base_urls",
     "plan",
     "retention",
+    "region",
     "strict_teardown",
 )
 #: What an ini option does, where its FakeQStash keyword's name does not say it.

@@ -86,6 +86,8 @@ class ServerSettings:
     retention: bool = True
     #: Outbound mounts (``--mount``, ``POST /_qstash/mounts``): (URL prefix, target) pairs.
     mounts: tuple[Redirect, ...] = ()
+    #: The region deliveries are marked with (``us-east-1``), or None.
+    region: str | None = None
 
 
 def build_fake(
@@ -113,6 +115,7 @@ def build_fake(
         next_signing_key=settings.next_signing_key,
         plan=plan if plan is not None else settings.plan,
         retention=settings.retention,
+        region=settings.region,
     )
     fake._sender.network = True  # the user runs a server: unmounted URLs are real endpoints
     return fake
@@ -298,8 +301,10 @@ class QStashServerApp:
                 return await self._act(request, action)
         except ControlError as exc:
             return httpx.Response(exc.status, json={"error": exc.message})
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, OverflowError) as exc:
             return httpx.Response(400, json={"error": str(exc)})
+        except RecursionError:  # a value nested deeper than anything reads back
+            return httpx.Response(400, json={"error": "the body is nested too deeply"})
         except Exception as exc:  # a delivery loop error, say: tell the client, keep serving
             _log.exception("control request %s failed", action)
             return httpx.Response(500, json={"error": f"{type(exc).__name__}: {exc}"})
@@ -397,6 +402,19 @@ class QStashServerApp:
             return httpx.Response(200, json=answers)
         raise ControlError(404, f"POST {CONTROL_PREFIX}/{action} is no control endpoint")
 
+    # -- what the dashboard calls (``dashboard.Host``) --------------------------------------
+    def state(self) -> dict[str, Any]:
+        """The clock and plan, as ``GET /_qstash/state`` answers them."""
+        return self._state()
+
+    async def control(self, request: httpx.Request, action: str) -> httpx.Response:
+        """A control API request, answered as over HTTP (the token checked)."""
+        return await self._control(request, action)
+
+    def api(self, request: httpx.Request) -> httpx.Response:
+        """A QStash API request, answered as over HTTP."""
+        return self._api(request)
+
     def _mounts(self, method: str, request: httpx.Request) -> httpx.Response:
         """GET lists the outbound mounts; POST ``{"prefix", "to"}`` adds one; DELETE
         ``{"prefix"}`` removes one (``{"removed": false}`` when there was none)."""
@@ -476,8 +494,9 @@ class QStashServerApp:
 
     async def _replace_fake(self, start: Any, keep: Any, plan: str | None) -> None:
         old, old_deliveries = self.fake, self._deliveries
-        if start is None and self.settings.clock == "virtual":
-            start = max(_wall_start("virtual"), old.clock.now_ms / 1000)
+        # Without a start, a virtual clock starts where a fresh server's does (its --start, or
+        # now), not where the last test left it: tests sharing a server must not lean on the
+        # order they run in.
         fake = build_fake(self.settings, start, self._resets + 1, plan)
         carry_over(old.store, fake.store, keep)
         self._resets += 1
@@ -505,12 +524,19 @@ def _json_body(request: httpx.Request) -> dict[str, Any]:
     if not request.content.strip():
         return {}
     try:
-        body = json.loads(request.content)
+        body = json.loads(request.content, parse_constant=_not_json)
     except (ValueError, RecursionError):
-        raise ControlError(400, "the body is not JSON: expected a JSON object") from None
+        raise ControlError(
+            400, "the body is not JSON (NaN and Infinity are not): expected a JSON object"
+        ) from None
     if not isinstance(body, dict):
         raise ControlError(400, "expected a JSON object as the body")
     return body
+
+
+def _not_json(constant: str) -> Any:
+    # Python's json reads NaN and Infinity; JSON has no such numbers.
+    raise ValueError(f"{constant} is not JSON")
 
 
 class BodyTooLarge(Exception):
