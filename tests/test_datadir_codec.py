@@ -22,7 +22,7 @@ from pytest_qstash.state.store import Store
 
 #: The fingerprint of the saved classes' fields, per schema. A change of fields without a new
 #: SCHEMA fails ``test_the_saved_fields_are_those_of_the_schema``.
-FINGERPRINTS = {2: "707478b3f5399b4f"}
+FINGERPRINTS = {2: "d930f71de0f4c73a"}
 
 
 class App:
@@ -36,14 +36,18 @@ class App:
 
 
 def _roots(fake: FakeQStash) -> dict[str, Any]:
+    # As the server's data dir names them (persistence._roots), and the fake's extras.
     store = fake.store
-    return {
+    roots = {
         "store": store,
         "clock": fake.clock,
         "account": fake.account,
         "workflows": store.workflows,
         "extras": fake.saved_extras(),
     }
+    if store.retention is not None:
+        roots["retention"] = store.retention
+    return roots
 
 
 def _through_json(fake: FakeQStash) -> codec.Document:
@@ -64,7 +68,7 @@ def _restored(document: codec.Document, fake: FakeQStash | None = None) -> FakeQ
     }
     fake = fake if fake is not None else _fresh()
     roots = {k: v for k, v in _roots(fake).items() if k != "extras"}
-    decoded = codec.decode(document, roots)
+    decoded = codec.decode(document, roots, frozenset({"retention"}))
     fake.restore_extras(decoded["extras"])
     return fake
 
@@ -235,3 +239,33 @@ def test_the_saved_fields_are_those_of_the_schema() -> None:
             f"{type(obj).__qualname__}'s fields changed: declare them in datadir_codec.KINDS, "
             "bump SCHEMA and add a migration"
         )
+
+
+@pytest.mark.qstash(retention=True)
+def test_a_restored_retention_goes_on_forgetting(qstash: FakeQStash, client: QStash) -> None:
+    """The retention restored is the clock's, and works on the restored store's own
+    collections: what it forgets after the restart leaves the store and the log."""
+    ids = _workload(qstash, client)
+    fresh = FakeQStash(
+        start="2020-01-01", freeze_time=False, raise_app_exceptions=False, retention=True
+    )
+    copy = _restored(_through_json(qstash), fresh)
+    store = copy.store
+    assert store.retention is not None
+    assert store.retention._messages is store.messages  # shared, not a copy
+    assert store.retention._events is store.events
+    assert copy.clock.on_move == store.retention.expire, (copy.clock.on_move, store.retention)
+    assert len(store.retention._finished) == len(qstash.store.retention._finished)  # type: ignore[union-attr]
+    assert ids["dead"] in store.messages
+    copy.mount("https://shop.test", App())
+    copy.start()
+    try:
+        copy.advance("400d")  # past every plan's log and DLQ retention
+    finally:
+        copy.stop()
+    qstash.advance("400d")
+    assert store.retention.forgotten == qstash.store.retention.forgotten  # type: ignore[union-attr]
+    assert store.retention.forgotten["messages"] > 0
+    assert sorted(store.messages) == sorted(qstash.store.messages)
+    assert ids["dead"] not in store.messages
+    assert len(store.events) == len(qstash.store.events)

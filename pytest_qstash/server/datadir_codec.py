@@ -49,6 +49,7 @@ from ..state.options import MessageOptions
 from ..state.plans import Plan
 from ..state.queues import Queue, Queues
 from ..state.rejections import RejectedCall, RejectedCalls
+from ..state.retention import Retention, Trail
 from ..state.retry import InvalidRetryDelay, RetryDelayExpression
 from ..state.run_settings import RunSettings
 from ..state.schedules import CronExpression, InvalidCron, Schedule, Schedules
@@ -95,6 +96,9 @@ class Kind:
     declared: tuple[str, ...] = ()
     #: Fields not saved, and what they are on load (a cache, a callback the owner sets).
     transient: Mapping[str, Callable[[], Any]] = dataclasses.field(default_factory=dict)
+    #: Fields that are another object's collection, the very same one (not saved; on load,
+    #: that root's attribute): field -> (root name, attribute).
+    links: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
 
     @functools.cached_property
     def fields(self) -> tuple[str, ...]:
@@ -102,7 +106,7 @@ class Kind:
             names = tuple(f.name for f in dataclasses.fields(self.cls))
         else:
             names = self.declared
-        return tuple(name for name in names if name not in self.transient)
+        return tuple(n for n in names if n not in self.transient and n not in self.links)
 
     @functools.cached_property
     def dataclass(self) -> bool:
@@ -166,13 +170,15 @@ KINDS: tuple[Kind, ...] = (
         "max_response_ms",
         "_attempt_seq",
         "_published_day",
+        "retention",
         # Parsed retry-delay expressions by text: parsed again when next needed.
         _expressions=dict,
     ),
-    _kind("clock", VirtualClock, "now_ms", "_heap", "_seq"),
+    # The store points it at its retention's ``expire`` (a restored retention is that one).
+    _kind("clock", VirtualClock, "now_ms", "_heap", "_seq", on_move=lambda: None),
     _kind("account", Account, "_token", "_current", "_next"),
     _kind("id_generator", IdGenerator, "_random", "drawn"),
-    _kind("dedup_table", Deduplication, "window_ms", "_seen"),
+    _kind("dedup_table", Deduplication, "window_ms", "_seen", "_ends"),
     _kind("dlq_table", DeadLetters, "_seq"),
     _kind("schedule_table", Schedules, "_clock", "_ids", "dedup"),
     _kind("queue_table", Queues),
@@ -181,6 +187,29 @@ KINDS: tuple[Kind, ...] = (
     _kind("run_table", WorkflowRuns, "runs", "_members", on_end=lambda: None),
     _kind("waiter_table", Waiters, "_by_id", "_saved", "_count"),
     _kind("rejection_table", RejectedCalls, "_kept", "total"),
+    _kind("trails", Trail, "_items", "_start", "dropped"),
+    Kind(
+        "retention",
+        Retention,
+        (
+            "log_ms",
+            "dlq_ms",
+            "_events",
+            "_deliveries",
+            "_dlq",
+            "_workflows",
+            "_finished",
+            "_finished_ms",
+            "_runs",
+            "_dead",
+            "forgotten",
+        ),
+        links={
+            "_messages": ("store", "messages"),
+            "_generations": ("store", "_generation"),
+            "_callbacks_pending": ("store", "_callbacks_pending"),
+        },
+    ),
     _kind("messages", Message),
     _kind("deliveries", Delivery),
     _kind("dlq", DlqEntry),
@@ -303,8 +332,8 @@ class Encoder:
                 if v is default or (type(v) is type(default) and v == default):
                     continue
             fields[name] = value(v)
-        if not kind.dataclass:
-            unknown = set(vars(obj)) - set(kind.declared) - set(kind.transient)
+        if not kind.dataclass and hasattr(obj, "__dict__"):
+            unknown = set(vars(obj)) - set(kind.declared) - set(kind.transient) - set(kind.links)
             if unknown:
                 raise CodecError(
                     f"{type(obj).__qualname__} has fields the data dir does not know: "
@@ -378,7 +407,7 @@ class Decoder:
                 if type(shared) in (list, dict):
                     shared = _MISSING
                 plan.append((field_name, shared, kind.defaults.get(field_name)))
-            plain_class = not kind.dataclass
+            plain_class = not kind.dataclass and "__dict__" in dir(kind.cls)
             for n, fields in rows.items():
                 obj = self._objects[n]
                 if not names.issuperset(fields):
@@ -410,6 +439,15 @@ class Decoder:
                         raise CodecError(f"{name} {n}: its items are no mapping")
                     dict.clear(obj)
                     dict.update(obj, items)
+
+    def link(self, roots: Mapping[str, Any]) -> None:
+        """Point linked fields at the roots' collections they share."""
+        for n, kind in self._kinds.items():
+            for field_name, (root, attribute) in kind.links.items():
+                owner = roots.get(root)
+                if owner is None or not hasattr(owner, attribute):
+                    raise CodecError(f"{kind.name} {n}: no {root}.{attribute} to share")
+                object.__setattr__(self._objects[n], field_name, getattr(owner, attribute))
 
     def value(self, v: Any) -> Any:
         t = type(v)
@@ -561,20 +599,26 @@ def encode(roots: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, list[tup
     return values, encoder.rows
 
 
-def decode(document: Document, into: Mapping[str, Any]) -> dict[str, Any]:
+def decode(
+    document: Document, into: Mapping[str, Any], optional: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     """The roots of a (current schema) document, its objects built; roots named in ``into``
-    are restored into those objects."""
+    are restored into those objects (those in ``optional`` when the document has them)."""
     roots = document["roots"]
     targets: dict[int, Any] = {}
     for name, live in into.items():
         value = roots.get(name)
+        if value is None and name in optional:
+            continue
         if type(value) is not dict or type(value.get("$ref")) is not int:
             raise CodecError(f"the saved state has no {name}")
         targets[value["$ref"]] = live
     try:
         decoder = Decoder(document["kinds"], targets)
         decoder.fill()
-        return {name: decoder.value(value) for name, value in roots.items()}
+        decoded = {name: decoder.value(value) for name, value in roots.items()}
+        decoder.link(decoded)
+        return decoded
     except CodecError:
         raise
     except Exception as exc:  # whatever a malformed file makes a reader raise: refused

@@ -162,12 +162,15 @@ def _roots(fake: Engine) -> dict[str, Any]:
     # The fake's infrastructure (the dispatcher, the sender, the interception) refers to
     # these: they are restored into the new fake's own objects, so every reference stays one.
     store = fake.store
-    return {
+    roots = {
         "store": store,
         "clock": fake.clock,
         "account": fake.account,
         "workflows": store.workflows,
     }
+    if store.retention is not None:  # the clock calls it: restored into it too
+        roots["retention"] = store.retention
+    return roots
 
 
 def _version() -> str:
@@ -427,7 +430,7 @@ class DataDir(InMemory):
         settings = self._settings(snapshot.settings, app.settings)
         fake = app.fake
         try:
-            roots = codec.decode(snapshot.document, _roots(fake))
+            roots = codec.decode(snapshot.document, _roots(fake), frozenset({"retention"}))
             extras = roots.get("extras")
             if not isinstance(extras, dict):
                 raise codec.CodecError("the saved state has no fake's extras")
