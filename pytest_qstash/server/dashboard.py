@@ -25,6 +25,7 @@ import httpx
 
 from .. import report
 from . import records
+from .verbs import VERBS, Verb
 
 if TYPE_CHECKING:
     from .app import QStashServerApp
@@ -71,17 +72,15 @@ class Dashboard:
 
     def __init__(self, app: QStashServerApp) -> None:
         self.app = app
+        # The control verbs with a button (``verbs.VERBS``), and one QStash API call.
         self._actions: dict[str, Callable[[dict[str, Any]], httpx.Request]] = {
-            "tick": lambda body: self._control_request("tick", {}),
-            "advance": lambda body: self._control_request("advance", {"by": body.get("by")}),
-            "advance_to": lambda body: self._control_request("advance_to", {"to": body.get("to")}),
-            "redeliver": lambda body: self._control_request(
-                "redeliver", {"message_id": body.get("message_id")}
-            ),
-            "retry_dlq": lambda body: self._api_request(
+            verb.name: self._verb_request(verb) for verb in VERBS.values() if verb.dashboard
+        }
+        self._actions.update(
+            retry_dlq=lambda body: self._api_request(
                 "POST", f"/v2/dlq/retry/{quote(_named(body, 'dlq_id'), safe='')}"
             ),
-        }
+        )
 
     async def handle(self, request: httpx.Request, rest: str) -> httpx.Response:
         """Answer a request for ``DASHBOARD_PATH + rest``."""
@@ -158,7 +157,7 @@ class Dashboard:
                     "delivery": records.delivery(last),
                 }
         return {
-            "state": self.app._state(),
+            "state": self.app.state(),
             "resets": self.app.resets,
             "lists": lists,
             "failing_steps": failing,
@@ -184,8 +183,16 @@ class Dashboard:
             return _error(400, str(exc))
         if inner.url.path.startswith("/_qstash/"):
             action_path = inner.url.path.removeprefix("/_qstash/")
-            return await self.app._control(inner, action_path)
-        return self.app._api(inner)
+            return await self.app.control(inner, action_path)
+        return self.app.api(inner)
+
+    def _verb_request(self, verb: Verb) -> Callable[[dict[str, Any]], httpx.Request]:
+        def request(body: dict[str, Any]) -> httpx.Request:
+            return self._control_request(
+                verb.name, {arg.name: body.get(arg.name) for arg in verb.args}
+            )
+
+        return request
 
     def _control_request(self, action: str, body: dict[str, Any]) -> httpx.Request:
         return httpx.Request(
