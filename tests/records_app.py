@@ -3,7 +3,8 @@ child process against a ``pytest-qstash serve`` (``AppProcess``), so the server'
 can be compared with the in-process ones for the same run.
 
 ``/workflow/charge`` (``retries=0``, a failure function): run "validate" -> sleep
-"cool-down" 30 s -> run "charge", which raises. The SDK and its ``Receiver`` read
+"cool-down" 30 s -> run "charge", which raises. ``/flow`` answers as a workflow route with
+nothing to do yet. The SDK and its ``Receiver`` read
 ``QSTASH_*`` from the environment (the session's: the server's fixture takes the same).
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Response
 from upstash_workflow import AsyncWorkflowContext
 from upstash_workflow.fastapi import Serve
 
@@ -24,6 +25,12 @@ failures: list[tuple[int, str]] = []
 @app.get("/")
 def ready() -> dict[str, bool]:
     return {"ok": True}
+
+
+@app.post("/flow")
+def flow() -> Response:
+    """A workflow route that has nothing to do yet: its run stays in progress."""
+    return Response(status_code=200, headers={"Upstash-Workflow-Sdk-Version": "1"})
 
 
 async def on_failure(

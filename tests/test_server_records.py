@@ -358,3 +358,48 @@ def test_a_run_over_the_server_equals_the_same_run_in_process(
         fake.mount("https://records.test", records_app.app)
         _play(fake, "https://records.test/workflow/charge")
         assert _summary(fake) == served
+
+
+def test_every_server_list_holds_the_in_process_model(
+    qstash_server: ServerProcess, app: AppProcess
+) -> None:
+    down = "http://127.0.0.1:9"  # the discard port: every attempt fails at once
+    sdk = QStash(qstash_server.token, base_url=qstash_server.url, retry=False)
+    sdk.message.publish_json(
+        url=f"{down}/jobs",
+        body={"n": 1},
+        retries=0,
+        callback=f"{down}/cb",
+        flow_control={"key": "tenant-7", "parallelism": 1},
+    )
+    sdk.queue.upsert("jobs", parallelism=1)
+    sdk.url_group.upsert_endpoints(url_group="team", endpoints=[{"url": f"{down}/a"}])
+    sdk.schedule.create(destination=f"{down}/cron", cron="0 9 * * *")
+    qstash_server.trigger(f"{app.url}/workflow/charge", {"order": 7}, label="shop")
+    flow = f"{app.url}/flow"
+    waiting = qstash_server.trigger(flow, {"order": 8})
+    qstash_server.tick()
+    answer = httpx.post(
+        f"{qstash_server.url}/v2/wait/order-8-paid",
+        json={"url": flow, "timeoutUrl": flow, "step": {"stepId": 1}},
+        headers={
+            "Authorization": f"Bearer {qstash_server.token}",
+            "Upstash-Workflow-RunId": waiting,
+            "Upstash-Workflow-Url": flow,
+        },
+    )
+    assert answer.status_code == 200, answer.text
+    qstash_server.drain(within="1h")
+
+    for name, model in records.MODELS.items():
+        items = getattr(qstash_server, name)
+        assert items, f"no {model.kind} on the server"
+        assert items.kind == model.kind
+        for item in items:
+            assert type(item) is model.cls
+            public = {n for n in dir(item) if not n.startswith("_")}
+            assert public == {n for n in dir(model.cls) if not n.startswith("_")}
+    run = qstash_server.runs.one(label="shop")
+    assert run.step("validate").out == {"order": 7, "valid": True}
+    assert qstash_server.waiters.one(run_id=waiting).step_type == ""
+    assert qstash_server.api_calls.filter(path="/v2/wait/order-8-paid")[0].ok
