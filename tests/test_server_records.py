@@ -27,6 +27,11 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+
+# Imported at collection, under the session's QSTASH_* (the SDK's serve() reads them when the
+# route is declared): a first import inside a server test would point the in-process copy of
+# the app at that server, which a later in-process fake does not intercept.
+import records_app
 from qstash import QStash
 
 from pytest_qstash import FakeQStash
@@ -113,8 +118,6 @@ def _send_wait(fake: FakeQStash, run_id: str) -> None:
 @pytest.fixture
 def populated() -> Iterator[FakeQStash]:
     with FakeQStash(start="2026-03-01T09:00:00Z", strict=False) as fake:
-        import records_app
-
         fake.mount(SHOP, Route())
         fake.mount("https://records.test", records_app.app)
         sdk = QStash(fake.token, retry=False)
@@ -351,8 +354,6 @@ def test_a_run_over_the_server_equals_the_same_run_in_process(
     assert failed.failure_function_state == "CALLBACK_SUCCESS"
     assert resumed.flow_control_key == "tenant-7"
     assert resumed.step_groups[0].type == "sequential"
-
-    import records_app
 
     with FakeQStash() as fake:
         fake.mount("https://records.test", records_app.app)
