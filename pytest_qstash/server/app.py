@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -32,6 +33,7 @@ import httpx
 
 from ..api import same_token
 from ..api._http import request_path
+from ..delivery.mounts import Redirect, check_redirect, merge_redirects, mount_url
 from ..fake import FakeQStash
 from ..state.models import Delivery
 from ..state.plans import DEFAULT_PLAN, PLANS, plan_named
@@ -79,6 +81,8 @@ class ServerSettings:
     plan: str = DEFAULT_PLAN
     #: The real-time bound on one delivery attempt, in seconds.
     attempt_timeout: float = DEFAULT_ATTEMPT_TIMEOUT_S
+    #: Outbound mounts (``--mount``, ``POST /_qstash/mounts``): (URL prefix, target) pairs.
+    mounts: tuple[Redirect, ...] = ()
 
 
 def build_fake(
@@ -187,6 +191,7 @@ class QStashServerApp:
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._pool = OriginPools()
+        self._pool.mounts = self.settings.mounts
         self.fake.sender.pool = self._pool
         if self.settings.clock == "real":
             self._follower = asyncio.get_running_loop().create_task(self._follow_wall_clock())
@@ -217,6 +222,27 @@ class QStashServerApp:
             catch_up=self._catch_up_clock if real else None,
             on_end=self.wake_up if real else None,
         )
+
+    def mount(self, prefix: str, to: str) -> Redirect:
+        """Send the outbound requests under ``prefix`` to ``to`` from now on (a prefix mounted
+        already changes its target); ``ValueError`` saying what is accepted."""
+        pair = check_redirect(prefix, to)
+        self._set_mounts(merge_redirects(self.settings.mounts, [pair]))
+        return pair
+
+    def unmount(self, prefix: str) -> bool:
+        """Forget the mount at ``prefix``; False when there was none."""
+        prefix = mount_url(prefix)
+        kept = tuple(m for m in self.settings.mounts if m[0] != prefix)
+        removed = len(kept) != len(self.settings.mounts)
+        self._set_mounts(kept)
+        return removed
+
+    def _set_mounts(self, mounts: tuple[Redirect, ...]) -> None:
+        # On the settings: what a data dir keeps, and what a reset leaves alone.
+        self.settings = dataclasses.replace(self.settings, mounts=mounts)
+        if self._pool is not None:
+            self._pool.mounts = mounts
 
     def wake_up(self) -> None:
         if self._wake is not None:
@@ -292,11 +318,16 @@ class QStashServerApp:
         if method == "GET" and action in records.MODELS:
             render = records.MODELS[action].render
             return httpx.Response(200, json=[render(item) for item in getattr(self.fake, action)])
-        verb = verbs.VERBS.get(action or "state")
-        if verb is None or verb.method != method:
+        verb = verbs.ROUTES.get((method, action or "state"))
+        if verb is None:
             raise ControlError(404, f"{method} {CONTROL_PREFIX}/{action} is no control endpoint")
-        args = verb.arguments(_json_body(request) if method == "POST" else {})
+        args = verb.arguments(_json_body(request) if method != "GET" else {})
         return httpx.Response(200, json=await verb.run(self, args))
+
+    @property
+    def mounts(self) -> list[dict[str, str]]:
+        """The outbound mounts, as ``GET /_qstash/mounts`` answers them."""
+        return [{"prefix": prefix, "to": to} for prefix, to in self.settings.mounts]
 
     def state(self) -> dict[str, Any]:
         """What ``GET /_qstash/state`` answers."""

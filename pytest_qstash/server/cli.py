@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..delivery.mounts import Redirect, check_redirect, merge_redirects
 from ..durations import parse_duration_ms
 from ..state.account import make_token
 from ..state.plans import DEFAULT_PLAN, PLANS
@@ -110,6 +111,16 @@ def parser() -> argparse.ArgumentParser:
         "A message's shorter Upstash-Timeout still applies",
     )
     serve.add_argument(
+        "--mount",
+        action="append",
+        default=[],
+        metavar="PREFIX=TO",
+        help="send the server's outbound requests (deliveries, callbacks, a workflow's "
+        "context.call and context.api.*) whose URL starts with PREFIX to TO instead, with the "
+        "rest of the path and query; repeatable. E.g. "
+        "--mount https://api.openai.com=http://127.0.0.1:9000",
+    )
+    serve.add_argument(
         "--log-level",
         default="warning",
         choices=("critical", "error", "warning", "info", "debug"),
@@ -150,6 +161,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    try:
+        mounts = tuple(_mount_option(option) for option in args.mount)
+    except ValueError as exc:
+        print(f"pytest-qstash serve: {exc}", file=sys.stderr)
+        return 2
     env: Mapping[str, str] = os.environ if args.credentials_from_env else {}
     settings = ServerSettings(
         token=args.token or env.get("QSTASH_TOKEN") or _new_token(),
@@ -164,6 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=int(args.seed) if args.seed.isdigit() else args.seed,
         plan=args.plan,
         attempt_timeout=attempt_timeout_ms / 1000,
+        mounts=merge_redirects((), mounts),
     )
     given = {
         "token": args.token or env.get("QSTASH_TOKEN"),
@@ -193,6 +210,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(app, sock, args.log_level, args.stop_with_parent))
     return 0
+
+
+def _mount_option(option: str) -> Redirect:
+    prefix, equals, to = option.partition("=")
+    if not equals:
+        raise ValueError(
+            f"invalid --mount {option!r}: expected PREFIX=TO, e.g. "
+            "--mount https://api.openai.com=http://127.0.0.1:9000"
+        )
+    try:
+        return check_redirect(prefix, to)
+    except ValueError as exc:
+        raise ValueError(f"invalid --mount {option!r}: {exc}") from None
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -287,6 +317,8 @@ async def _announce(server: object, app: QStashServerApp, sock: socket.socket) -
         file=sys.stderr,
         flush=True,
     )
+    for prefix, to in settings.mounts:
+        print(f"pytest-qstash: mount {prefix} -> {to}", file=sys.stderr, flush=True)
     # The link carries the token once: the page it opens keeps it in a cookie.
     print(
         f"pytest-qstash: dashboard at {dashboard_link(url, settings.token)}",

@@ -242,6 +242,24 @@ class Client:
         ``FakeQStash.retry_failure_function``."""
         return records.RUN.read(self._verb("retry_failure_function", dlq_id=dlq_id))
 
+    def mount(self, prefix: str, to: str) -> Mounted:
+        """Send the server's outbound requests whose URL starts with ``prefix`` (deliveries,
+        callbacks, a workflow's ``context.call`` and ``context.api.*``) to ``to`` plus the rest
+        of the path and query, as ``serve --mount`` does; records and signatures keep the
+        original URL. It stays (a reset too) until ``unmount``; as a context manager, until
+        the block ends. ``ServerError`` (400) for a prefix or target that is no http(s) URL."""
+        answer = self._verb("mount", prefix=prefix, to=to)
+        return Mounted(self, str(answer["prefix"]), str(answer["to"]))
+
+    def unmount(self, prefix: str) -> bool:
+        """Forget the outbound mount at ``prefix``; False when there was none."""
+        return bool(self._verb("unmount", prefix=prefix)["removed"])
+
+    @property
+    def mounts(self) -> dict[str, str]:
+        """The outbound mounts: ``{prefix: to}``."""
+        return {m["prefix"]: m["to"] for m in self._verb("mounts")}
+
     def mark(self) -> dict[str, int]:
         """Where the server's histories stand now, for ``report(since=...)``."""
         mark: dict[str, int] = self._verb("mark")
@@ -315,9 +333,9 @@ class Client:
         unknown = set(args) - {arg.name for arg in verb.args}
         if unknown:
             raise TypeError(f"the {name} verb takes no {', '.join(sorted(unknown))}")
-        if verb.method != "POST":
-            return self._call(verb.method, name)
-        return self._call("POST", name, {k: v for k, v in args.items() if v is not None})
+        if verb.method == "GET":
+            return self._call("GET", verb.route)
+        return self._call(verb.method, verb.route, {k: v for k, v in args.items() if v is not None})
 
     # -- HTTP -------------------------------------------------------------------------------
     def _call(self, method: str, action: str, body: dict[str, Any] | None = None) -> Any:
@@ -343,6 +361,25 @@ class Client:
 
     def __repr__(self) -> str:
         return f"<pytest_qstash.server.Client {self.url}>"
+
+
+class Mounted:
+    """An outbound mount made by ``Client.mount``: ``prefix`` and ``to`` as the server keeps
+    them; leaving a ``with`` block unmounts it."""
+
+    def __init__(self, client: Client, prefix: str, to: str) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.to = to
+
+    def __enter__(self) -> Mounted:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.client.unmount(self.prefix)
+
+    def __repr__(self) -> str:
+        return f"<pytest_qstash.server.Mounted {self.prefix} -> {self.to}>"
 
 
 def _moment(text: str) -> datetime:

@@ -41,8 +41,10 @@ def qstash_server(
     earlier keeps working). ``QSTASH_URL`` points at it in ``os.environ`` while a test that
     uses it runs (its fixtures included), so the app processes a test starts talk to it; the
     tests that do not use it see the environment as it was. It has the fixture's verbs
-    and lists (``tick``, ``advance``, ``drain``, ``messages``, ``deliveries``, ...) and
-    ``reset()`` to forget what earlier tests left."""
+    and lists (``tick``, ``advance``, ``drain``, ``messages``, ``deliveries``, ...),
+    ``reset()`` to forget what earlier tests left, and ``mount(prefix, to)`` to send the
+    server's outbound requests under a URL prefix to a local fake (kept by resets: unmount, or
+    mount in a ``with`` block, for one test)."""
     from .process import ServerProcess
 
     options = {"clock": "virtual", **qstash_server_options}

@@ -13,6 +13,10 @@ of attributes per look), and CPU time is what bounds how many deliveries a secon
 process makes. Failures surface as httpx's exceptions, as from a client. With a proxy set in
 the environment (``HTTP_PROXY`` and friends), deliveries go through an ``httpx.AsyncClient``
 instead, which honours it.
+
+Outbound mounts (``serve --mount PREFIX=TO``) apply here, on the wire only: a request whose URL
+starts with a mounted prefix goes to its target, method, headers (``Host`` too) and body as
+they are, while whatever recorded or signed the request keeps its own URL.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from dataclasses import dataclass, field
 
 import h11
 import httpx
+
+from ..delivery.mounts import Redirect, redirect
 
 #: Requests in flight at once to one origin (each on its own connection).
 CONNECTIONS_PER_ORIGIN = 16
@@ -141,10 +147,20 @@ class OriginPools:
         self._ssl: ssl.SSLContext | None = None
         self._proxied: httpx.AsyncClient | None = None
         self._swept = time.monotonic()
+        #: The server's outbound mounts, (prefix, target) pairs.
+        self.mounts: tuple[Redirect, ...] = ()
         if any(scheme != "no" for scheme in urllib.request.getproxies()):  # NO_PROXY alone: none
             self._proxied = httpx.AsyncClient()  # trust_env: the environment's proxies
 
     async def send(self, request: httpx.Request) -> httpx.Response:
+        if self.mounts and (target := redirect(str(request.url), self.mounts)) is not None:
+            request = httpx.Request(
+                request.method,
+                target,
+                headers=request.headers,  # its Host stays the original's
+                content=request.content,
+                extensions=request.extensions,
+            )
         url = request.url
         port = url.port or (443 if url.scheme == "https" else 80)
         origin = (url.scheme, url.host, port)

@@ -1,8 +1,9 @@
 """The fixture's verbs over HTTP, declared once.
 
-Each ``Verb`` is a control endpoint (``POST /_qstash/<name>``, or ``GET`` for the read-only
-ones): its arguments (the JSON body's keys, and the ``Client`` method's parameters) and what it
-does on the server's fake. The control API's routes are this table (``QStashServerApp.act``),
+Each ``Verb`` is a control endpoint (``POST /_qstash/<name>``, ``GET`` for the read-only
+ones; the outbound mounts are three verbs on one route, ``/_qstash/mounts``): its arguments
+(the JSON body's keys, and the ``Client`` method's parameters) and what it does on the
+server's fake. The control API's routes are this table (``QStashServerApp.act``),
 ``Client``'s methods send what it declares (``Client._verb`` refuses a name it does not
 have), and the dashboard's buttons post the verbs marked ``dashboard``. The inspection lists
 are the other half of the control API: ``records.MODELS``.
@@ -36,6 +37,13 @@ class Host(Protocol):
     async def reset(self, args: dict[str, Any]) -> None: ...
 
     def wake_up(self) -> None: ...
+
+    def mount(self, prefix: str, to: str) -> tuple[str, str]: ...
+
+    def unmount(self, prefix: str) -> bool: ...
+
+    @property
+    def mounts(self) -> list[dict[str, str]]: ...
 
 
 class MissingArgument(ValueError):
@@ -71,6 +79,12 @@ class Verb:
     method: str = "POST"
     #: Whether the dashboard has a button for it.
     dashboard: bool = False
+    #: Its route under ``/_qstash/`` when that is not its name (verbs on one resource).
+    path: str = ""
+
+    @property
+    def route(self) -> str:
+        return self.path or self.name
 
     def arguments(self, body: dict[str, Any]) -> dict[str, Any]:
         """The handler's arguments from a request body: every declared one, defaults
@@ -145,6 +159,19 @@ def _continuer(name: str) -> Handler:
         return records.run(run)
 
     return go_on
+
+
+async def _mounts(host: Host, args: dict[str, Any]) -> Any:
+    return host.mounts
+
+
+async def _mount(host: Host, args: dict[str, Any]) -> Any:
+    prefix, to = host.mount(args["prefix"], args["to"])
+    return {"prefix": prefix, "to": to}
+
+
+async def _unmount(host: Host, args: dict[str, Any]) -> Any:
+    return {"removed": host.unmount(args["prefix"])}
 
 
 async def _report(host: Host, args: dict[str, Any]) -> Any:
@@ -271,8 +298,27 @@ VERBS: dict[str, Verb] = {
             "notifies the runs waiting for an event; answers the NotifyResponses",
             _notify,
         ),
+        Verb("mounts", (), "the outbound mounts", _mounts, "GET"),
+        Verb(
+            "mount",
+            (Arg("prefix", required=True), Arg("to", required=True)),
+            "sends the outbound requests under prefix to to; answers the mount as kept",
+            _mount,
+            path="mounts",
+        ),
+        Verb(
+            "unmount",
+            (Arg("prefix", required=True),),
+            "removes an outbound mount; answers whether there was one",
+            _unmount,
+            "DELETE",
+            path="mounts",
+        ),
     )
 }
+
+#: Each verb by its method and route.
+ROUTES: dict[tuple[str, str], Verb] = {(verb.method, verb.route): verb for verb in VERBS.values()}
 
 #: The verbs that move the clock (and deliver on the way).
 CLOCK_MOVES = ("tick", "advance", "advance_to", "drain")
