@@ -651,9 +651,10 @@ MODELS: dict[str, Model[Any]] = {
     "api_calls": API_CALL,
 }
 
-#: Each inspection list: how one item is written, its kind's name (what the dashboard reads).
+#: The state lists (what the dashboard shows): how one item is written, its kind's name. The
+#: API calls are served but not shown: each holds its caller's Authorization header.
 LISTS: dict[str, tuple[Callable[[Any], dict[str, Any]], str]] = {
-    name: (model.render, model.kind) for name, model in MODELS.items()
+    name: (model.render, model.kind) for name, model in MODELS.items() if name != "api_calls"
 }
 
 #: Renderers the control API answers single items with.
