@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..fake import FakeQStash
-from ..state.models import Delivery
 from . import records, reports
+
+if TYPE_CHECKING:  # for the annotations only: Client reads this table without the engine
+    from ..fake import FakeQStash
+    from ..state.models import Delivery
 
 
 class Host(Protocol):
