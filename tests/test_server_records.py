@@ -19,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import subprocess
+import sys
 import typing
 from collections.abc import Iterator
 from pathlib import Path
@@ -415,3 +417,16 @@ def test_every_server_list_holds_the_in_process_model(
     assert run.step("validate").out == {"order": 7, "valid": True}
     assert qstash_server.waiters.one(run_id=waiting).step_type == ""
     assert qstash_server.api_calls.filter(path="/v2/wait/order-8-paid")[0].ok
+
+
+def test_the_client_does_not_import_the_fake() -> None:
+    # A test process that only talks to a server pays for the records and the verbs table,
+    # not for the in-process fake (respx, the interception).
+    code = (
+        "import sys, pytest_qstash.server.client\n"
+        "print([m for m in ('respx', 'pytest_qstash.fake') if m in sys.modules])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=HERE.parent, check=True
+    )
+    assert done.stdout.strip() == "[]"
