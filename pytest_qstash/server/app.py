@@ -320,7 +320,14 @@ class QStashServerApp:
             return httpx.Response(200, json=[render(item) for item in getattr(self.fake, action)])
         verb = verbs.ROUTES.get((method, action or "state"))
         if verb is None:
-            raise ControlError(404, f"{method} {CONTROL_PREFIX}/{action} is no control endpoint")
+            known = [f"{m} {route}" for m, route in verbs.ROUTES] + [
+                f"GET {name}" for name in records.MODELS
+            ]
+            raise ControlError(
+                404,
+                f"{method} {CONTROL_PREFIX}/{action} is no control endpoint; there are: "
+                + ", ".join(known),
+            )
         args = verb.arguments(_json_body(request) if method != "GET" else {})
         return httpx.Response(200, json=await verb.run(self, args))
 
