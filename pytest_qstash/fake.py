@@ -30,6 +30,7 @@ from .durations import Duration, parse_duration_ms
 from .errors import AsyncContextError, DeliveryLoopError
 from .intercept import QStashRouter
 from .query import Found
+from .regions import region_named
 from .state import waiters as waits
 from .state import workflow_dlq
 from .state.account import Account
@@ -90,6 +91,8 @@ class FakeQStash:
     - ``token``, ``current_signing_key``, ``next_signing_key``: override the environment's.
     - ``plan``: the QStash plan whose limits apply: ``"free"``, ``"pay_as_you_go"``,
       ``"fixed_1m"`` or ``"fixed_10m"`` (the default, the most permissive).
+    - ``region``: ``"us-east-1"`` or ``"eu-central-1"``: deliveries carry ``Upstash-Region``
+      (``US-EAST-1``), as a multi-region account's do (default None: no header).
     """
 
     def __init__(
@@ -111,6 +114,7 @@ class FakeQStash:
         current_signing_key: str | None = None,
         next_signing_key: str | None = None,
         plan: str = DEFAULT_PLAN,
+        region: str | None = None,
     ) -> None:
         _check_settings(
             flags={
@@ -129,6 +133,8 @@ class FakeQStash:
         ):
             raise TypeError(f"invalid base_urls {base_urls!r}: expected a list of URL strings")
         timeout_ms = parse_duration_ms(delivery_timeout, what="delivery_timeout")
+        #: The region deliveries come from (``regions.Region``), or None.
+        self.region = region_named(region) if region is not None else None
         if timeout_ms <= 0:
             raise ValueError(
                 f"invalid delivery_timeout={delivery_timeout!r}: expected a duration above "
@@ -165,6 +171,7 @@ class FakeQStash:
                 strict_routing=strict,
                 max_same_instant=max_deliveries_per_instant,
                 max_per_call=max_deliveries_per_call,
+                region=self.region.header if self.region is not None else None,
             ),
             on_time=self._app_clock.move_to,
             handler_times=self._handler_times,

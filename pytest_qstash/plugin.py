@@ -50,6 +50,7 @@ MARKER_OPTIONS = (
     "delivery_timeout",
     "base_urls",
     "plan",
+    "region",
     "strict_teardown",
 )
 #: What an ini option does, where its FakeQStash keyword's name does not say it.

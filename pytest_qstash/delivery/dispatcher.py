@@ -58,6 +58,8 @@ class DispatchSettings:
     strict_routing: bool = True
     max_same_instant: int = _MAX_SAME_INSTANT
     max_per_call: int = _MAX_PER_CALL
+    #: ``Upstash-Region``'s value (``US-EAST-1``), or None: no header.
+    region: str | None = None
 
 
 class Dispatcher:
@@ -215,6 +217,8 @@ class Dispatcher:
         if message.schedule_id:
             headers["Upstash-Schedule-Id"] = message.schedule_id
         headers["Upstash-Caller-Ip"] = message.caller_ip
+        if self.settings.region is not None:
+            headers["Upstash-Region"] = self.settings.region
         # Issued on the clock the app verifies with, read as PyJWT (every Receiver's verifier)
         # reads it: the virtual one while the fake moves the app's clock, the real one with
         # freeze_time=False, and a test's own freezer's when one (a @freeze_time decorator,

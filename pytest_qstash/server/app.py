@@ -83,6 +83,8 @@ class ServerSettings:
     attempt_timeout: float = DEFAULT_ATTEMPT_TIMEOUT_S
     #: Outbound mounts (``--mount``, ``POST /_qstash/mounts``): (URL prefix, target) pairs.
     mounts: tuple[Redirect, ...] = ()
+    #: The region deliveries are marked with (``us-east-1``), or None.
+    region: str | None = None
 
 
 def build_fake(
@@ -109,6 +111,7 @@ def build_fake(
         current_signing_key=settings.current_signing_key,
         next_signing_key=settings.next_signing_key,
         plan=plan if plan is not None else settings.plan,
+        region=settings.region,
     )
     fake.sender.network = True  # the user runs a server: unmounted URLs are real endpoints
     return fake
@@ -400,8 +403,9 @@ class QStashServerApp:
 
     async def _replace_fake(self, start: Any, keep: Any, plan: str | None) -> None:
         old, old_deliveries = self.fake, self._deliveries
-        if start is None and self.settings.clock == "virtual":
-            start = max(_wall_start("virtual"), old.clock.now_ms / 1000)
+        # Without a start, a virtual clock starts where a fresh server's does (its --start, or
+        # now), not where the last test left it: tests sharing a server must not lean on the
+        # order they run in.
         fake = build_fake(self.settings, start, self.resets + 1, plan)
         carry_over(old.store, fake.store, keep)
         self.resets += 1

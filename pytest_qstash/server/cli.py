@@ -2,7 +2,13 @@
 
 It binds the socket itself (port 0 picks a free one), and once uvicorn listens prints the
 four ``NAME=value`` lines an app needs, on stdout, one per line, then serves until stopped.
-Logs go to stderr, so the first four lines of stdout are all a script has to read.
+Logs go to stderr, so the first four lines of stdout are all a script has to read. Dev mode
+and a region add lines after those four (``QSTASH_DEV``, ``QSTASH_REGION``, ...).
+
+Dev mode (``--dev``, or ``QSTASH_DEV=true`` in the environment) is what the TypeScript SDKs'
+own dev mode looks for: 127.0.0.1 on 8080 or ``QSTASH_DEV_PORT``, Upstash's public dev token
+and signing keys, which they probe with ``GET /v2/keys`` before they would download Upstash's
+dev server binary.
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ from typing import Any
 
 from ..delivery.mounts import Redirect, check_redirect, merge_redirects
 from ..durations import parse_duration_ms
-from ..state.account import make_token
+from ..regions import ACCEPTED as ACCEPTED_REGIONS
+from ..regions import region_named
+from ..state.account import Account, make_token
 from ..state.plans import DEFAULT_PLAN, PLANS
 from .app import CLOCK_MODES, QStashServerApp, ServerSettings
 from .dashboard import dashboard_link
@@ -33,6 +41,41 @@ from .persistence import DataDir, PersistenceError
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 _KEY_ALPHABET = string.ascii_letters + string.digits
+
+#: Upstash's public dev credentials: what the TypeScript SDKs' dev mode sends and expects
+#: (``DEV_CREDENTIALS`` in qstash-js's ``src/dev-server/constants.ts``). Not secrets.
+DEV_TOKEN = "eyJVc2VySUQiOiJkZWZhdWx0VXNlciIsIlBhc3N3b3JkIjoiZGVmYXVsdFBhc3N3b3JkIn0="
+DEV_CURRENT_SIGNING_KEY = "sig_7kYjw48mhY7kAjqNGcy6cr29RJ6r"
+DEV_NEXT_SIGNING_KEY = "sig_5ZB6DVzB1wjE8S6rZ7eenA8Pdnhs"
+
+
+class UsageError(ValueError):
+    """A command line (or environment) the server cannot start with: the message says why."""
+
+
+def dev_mode_from_env(env: Mapping[str, str]) -> bool:
+    """``QSTASH_DEV`` as the SDKs read it: true/1 on, unset/empty/false/0 off, else refused."""
+    value = env.get("QSTASH_DEV", "")
+    if value in ("", "false", "0"):
+        return False
+    if value in ("true", "1"):
+        return True
+    raise UsageError(
+        f"invalid QSTASH_DEV {value!r} in the environment: expected true or 1 (dev mode), "
+        "false, 0 or empty (as the SDKs accept)"
+    )
+
+
+def dev_port_from_env(env: Mapping[str, str]) -> int:
+    """The dev server's port: ``QSTASH_DEV_PORT``, else 8080."""
+    value = env.get("QSTASH_DEV_PORT", "")
+    if not value:
+        return DEFAULT_PORT
+    if not value.isdigit() or not 0 < int(value) <= 65535:
+        raise UsageError(
+            f"invalid QSTASH_DEV_PORT {value!r} in the environment: expected a port, 1-65535"
+        )
+    return int(value)
 
 
 def _new_token() -> str:
@@ -64,7 +107,21 @@ def parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", default=DEFAULT_HOST, help=f"default {DEFAULT_HOST}")
     serve.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0: a free port"
+        "--port",
+        type=int,
+        help=f"default {DEFAULT_PORT} (in dev mode QSTASH_DEV_PORT, if set); 0: a free port",
+    )
+    serve.add_argument(
+        "--dev",
+        action="store_true",
+        help="dev mode (also QSTASH_DEV=true or 1 in the environment): answer as Upstash's "
+        "local dev server does, with its public dev token and signing keys, on port 8080 or "
+        "QSTASH_DEV_PORT, so that an app with QSTASH_DEV=true finds it",
+    )
+    serve.add_argument(
+        "--region",
+        help="mark deliveries with Upstash-Region as a multi-region account's: "
+        f"{ACCEPTED_REGIONS}; also prints QSTASH_REGION and the region's variables",
     )
     serve.add_argument(
         "--clock",
@@ -132,6 +189,13 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        dev, region = _modes(args, os.environ)
+    except (UsageError, ValueError, TypeError) as exc:
+        print(f"pytest-qstash serve: {exc}", file=sys.stderr)
+        return 2
+    if args.port is None:
+        args.port = dev_port_from_env(os.environ) if dev else DEFAULT_PORT
+    try:
         import uvicorn  # noqa: F401
     except ImportError:
         print(
@@ -167,6 +231,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pytest-qstash serve: {exc}", file=sys.stderr)
         return 2
     env: Mapping[str, str] = os.environ if args.credentials_from_env else {}
+    if dev:
+        args.token = DEV_TOKEN
+        args.current_signing_key = DEV_CURRENT_SIGNING_KEY
+        args.next_signing_key = DEV_NEXT_SIGNING_KEY
     settings = ServerSettings(
         token=args.token or env.get("QSTASH_TOKEN") or _new_token(),
         current_signing_key=args.current_signing_key
@@ -181,6 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan=args.plan,
         attempt_timeout=attempt_timeout_ms / 1000,
         mounts=merge_redirects((), mounts),
+        region=region,
     )
     given = {
         "token": args.token or env.get("QSTASH_TOKEN"),
@@ -200,15 +269,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         sock = _bind(args.host, args.port)
     except OSError as exc:
-        print(
-            f"pytest-qstash serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr
-        )
+        print(f"pytest-qstash serve: {_bind_error(args.host, args.port, exc)}", file=sys.stderr)
         return 1
     warning = beyond_loopback_warning(sock.getsockname()[0])
     if warning is not None:
         print(warning, file=sys.stderr, flush=True)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(app, sock, args.log_level, args.stop_with_parent))
+        asyncio.run(_serve(app, sock, args.log_level, args.stop_with_parent, dev))
     return 0
 
 
@@ -223,6 +290,42 @@ def _mount_option(option: str) -> Redirect:
         return check_redirect(prefix, to)
     except ValueError as exc:
         raise ValueError(f"invalid --mount {option!r}: {exc}") from None
+
+
+def _modes(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[bool, str | None]:
+    """Dev mode (the flag or the environment) and the region, checked against the rest."""
+    dev = bool(args.dev) or dev_mode_from_env(env)
+    if dev:
+        given = [
+            option
+            for option, value in (
+                ("--token", args.token),
+                ("--current-signing-key", args.current_signing_key),
+                ("--next-signing-key", args.next_signing_key),
+                ("--credentials-from-env", args.credentials_from_env),
+            )
+            if value
+        ]
+        if given:
+            why = "--dev" if args.dev else "QSTASH_DEV in the environment"
+            raise UsageError(
+                f"dev mode ({why}) answers with Upstash's public dev token and signing keys, "
+                f"which the SDKs' dev mode expects: leave out {', '.join(given)}, or leave "
+                "dev mode"
+            )
+    region = region_named(args.region).name if args.region is not None else None
+    return dev, region
+
+
+def _bind_error(host: str, port: int, exc: OSError) -> str:
+    import errno
+
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"port {port} is already in use on {host} (another server is listening there): "
+            "stop it, or choose another port with --port (in dev mode also QSTASH_DEV_PORT)"
+        )
+    return f"cannot listen on {host}:{port}: {exc}"
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -256,7 +359,7 @@ def base_url(sock: socket.socket) -> str:
 
 
 async def _serve(
-    app: QStashServerApp, sock: socket.socket, log_level: str, stop_with_parent: bool
+    app: QStashServerApp, sock: socket.socket, log_level: str, stop_with_parent: bool, dev: bool
 ) -> None:
     import uvicorn
 
@@ -265,7 +368,7 @@ async def _serve(
     )
     server = uvicorn.Server(config)
     loop = asyncio.get_running_loop()
-    tasks = [loop.create_task(_announce(server, app, sock))]
+    tasks = [loop.create_task(_announce(server, app, sock, dev))]
     if stop_with_parent:
         tasks.append(loop.create_task(_watch_parent(server)))
     try:
@@ -297,22 +400,46 @@ async def _watch_parent(server: Any) -> None:
     server.should_exit = True
 
 
-async def _announce(server: object, app: QStashServerApp, sock: socket.socket) -> None:
+def announced_env(
+    url: str, port: int, account: Account, dev: bool, region: str | None
+) -> dict[str, str]:
+    """The ``NAME=value`` lines the server prints, in order: the four an app needs, then dev
+    mode's and the region's."""
+    env = {
+        "QSTASH_URL": url,
+        "QSTASH_TOKEN": account.token,
+        "QSTASH_CURRENT_SIGNING_KEY": account.current_signing_key,
+        "QSTASH_NEXT_SIGNING_KEY": account.next_signing_key,
+    }
+    if dev:
+        env["QSTASH_DEV"] = "true"
+        env["QSTASH_DEV_PORT"] = str(port)
+    if region is not None:
+        env.update(
+            region_named(region).env(
+                url, account.token, account.current_signing_key, account.next_signing_key
+            )
+        )
+    return env
+
+
+async def _announce(server: object, app: QStashServerApp, sock: socket.socket, dev: bool) -> None:
     while not getattr(server, "started", False):
         await asyncio.sleep(0.01)
     url = base_url(sock)
     settings = app.settings
     account = app.fake.account  # the keys now: a restored data dir's may have been rotated
-    lines = [
-        f"QSTASH_URL={url}",
-        f"QSTASH_TOKEN={account.token}",
-        f"QSTASH_CURRENT_SIGNING_KEY={account.current_signing_key}",
-        f"QSTASH_NEXT_SIGNING_KEY={account.next_signing_key}",
-    ]
-    print("\n".join(lines), flush=True)
+    env = announced_env(url, sock.getsockname()[1], account, dev, settings.region)
+    print("\n".join(f"{name}={value}" for name, value in env.items()), flush=True)
+    modes = "".join(
+        [
+            "; dev mode: apps with QSTASH_DEV=true find it" if dev else "",
+            f"; deliveries from region {settings.region}" if settings.region else "",
+        ]
+    )
     print(
         f"pytest-qstash: QStash API on {url} ({settings.clock} clock, now "
-        f"{app.fake.now.isoformat()}); control API under {url}/_qstash/; "
+        f"{app.fake.now.isoformat()}){modes}; control API under {url}/_qstash/; "
         f"{app.persistence.describe(app)}. Ctrl-C stops it.",
         file=sys.stderr,
         flush=True,

@@ -192,8 +192,9 @@ class Client:
         plan: str | None = None,
     ) -> None:
         """Forget everything (messages, runs, the DLQ, the log, schedules, queues, URL groups),
-        keeping the credentials. A virtual clock keeps its time unless ``start`` is given (time
-        never goes backwards for an app that already saw it); a real one reads the wall clock.
+        keeping the credentials. The clock starts afresh, as a new server's: a virtual one at
+        ``start`` if given, else at the server's ``--start``, else now (wherever an earlier
+        test moved it); a real one reads the wall clock.
 
         ``keep`` names what an app provisioned and should find again: ``"url_groups"``,
         ``"queues"``, ``"schedules"``, or ``True`` for all three. Kept queues come back empty,

@@ -436,11 +436,13 @@ class DataDir(InMemory):
                     f"one given ({option} or the environment): leave it out to keep the "
                     "stored one, or use another --data-dir"
                 )
-        # How long one attempt may take is the operator's choice at each start, not state;
-        # mounts given at this start join the stored ones.
+        # How long one attempt may take, and the region deliveries are marked with, are the
+        # operator's choice at each start, not state; mounts given at this start join the
+        # stored ones.
         return dataclasses.replace(
             stored,
             attempt_timeout=given.attempt_timeout,
+            region=given.region,
             mounts=merge_redirects(stored.mounts, given.mounts),
         )
 

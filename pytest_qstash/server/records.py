@@ -332,7 +332,8 @@ MESSAGE = Model(
         Wire("cascade_depth"),
         Wire("from_schedule"),
     ],
-    [Derived("content_type"), Derived("done")],
+    # ``labels``: split as the QStash API shows them, and as a run's are.
+    [Derived("content_type"), Derived("done"), Derived("labels", _Tuple())],
 )
 
 DLQ_ENTRY = Model(
