@@ -882,7 +882,8 @@ def _moment_ms(value: datetime | str | float) -> int:
     """A moment as unix milliseconds, between 1970 and the end of 9999 (what QStash's times
     and a datetime can both hold); naive datetimes are read as UTC."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if not math.isfinite(value):
+        # In milliseconds: 1e308 seconds is a float, but not as milliseconds.
+        if isinstance(value, float) and not math.isfinite(value * 1000):
             raise ValueError(f"invalid moment {value!r}: expected {_MOMENT_FORMS}")
         ms = round(value * 1000)
     else:

@@ -64,6 +64,7 @@ def test_every_field_of_a_model_travels(model: records.Model[Any]) -> None:
     )
     names = [wire.name for wire in model.fields] + [extra.name for extra in model.derived]
     assert len(names) == len(set(names)), f"a wire name repeats in {model.kind}"
+    assert model.summary_leaves <= set(names), f"{model.kind}: a summary leaves no such field"
     for extra in model.derived:  # a derived field renders a public attribute of the model
         if extra.read is None:
             assert hasattr(model.cls, extra.name), f"{model.kind} has no {extra.name}"

@@ -296,8 +296,10 @@ class QStashServerApp:
                 return await self.act(request, action)
         except ControlError as exc:
             return httpx.Response(exc.status, json={"error": exc.message})
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, OverflowError) as exc:
             return httpx.Response(400, json={"error": str(exc)})
+        except RecursionError:  # a value nested deeper than anything reads back
+            return httpx.Response(400, json={"error": "the body is nested too deeply"})
         except Exception as exc:  # a delivery loop error, say: tell the client, keep serving
             _log.exception("control request %s failed", action)
             return httpx.Response(500, json={"error": f"{type(exc).__name__}: {exc}"})
@@ -433,12 +435,19 @@ def _json_body(request: httpx.Request) -> dict[str, Any]:
     if not request.content.strip():
         return {}
     try:
-        body = json.loads(request.content)
+        body = json.loads(request.content, parse_constant=_not_json)
     except (ValueError, RecursionError):
-        raise ControlError(400, "the body is not JSON: expected a JSON object") from None
+        raise ControlError(
+            400, "the body is not JSON (NaN and Infinity are not): expected a JSON object"
+        ) from None
     if not isinstance(body, dict):
         raise ControlError(400, "expected a JSON object as the body")
     return body
+
+
+def _not_json(constant: str) -> Any:
+    # Python's json reads NaN and Infinity; JSON has no such numbers.
+    raise ValueError(f"{constant} is not JSON")
 
 
 class BodyTooLarge(Exception):

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import copy
 import ipaddress
+import logging
 import os
 import secrets
 import socket
@@ -39,6 +40,9 @@ from .deliveries import DEFAULT_ATTEMPT_TIMEOUT_S
 from .persistence import DataDir, PersistenceError
 
 DEFAULT_HOST = "127.0.0.1"
+#: How long a connection may stay open without sending a request (seconds).
+DEFAULT_IDLE_TIMEOUT_S = 15.0
+_log = logging.getLogger("pytest_qstash.server")
 DEFAULT_PORT = 8080
 _KEY_ALPHABET = string.ascii_letters + string.digits
 
@@ -168,6 +172,12 @@ def parser() -> argparse.ArgumentParser:
         "A message's shorter Upstash-Timeout still applies",
     )
     serve.add_argument(
+        "--idle-timeout",
+        default=f"{DEFAULT_IDLE_TIMEOUT_S:g}s",
+        help="close a connection that has not sent a whole request's head within this long "
+        f"(a duration; default {DEFAULT_IDLE_TIMEOUT_S:g}s), on connecting and after each answer",
+    )
+    serve.add_argument(
         "--mount",
         action="append",
         default=[],
@@ -226,6 +236,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     try:
+        idle_timeout_ms = parse_duration_ms(args.idle_timeout, what="--idle-timeout")
+    except (ValueError, TypeError) as exc:
+        print(f"pytest-qstash serve: {exc}", file=sys.stderr)
+        return 2
+    if idle_timeout_ms <= 0:
+        print(
+            f"pytest-qstash serve: invalid --idle-timeout {args.idle_timeout!r}: "
+            "expected a duration above zero, e.g. 15s",
+            file=sys.stderr,
+        )
+        return 2
+    try:
         mounts = tuple(_mount_option(option) for option in args.mount)
     except ValueError as exc:
         print(f"pytest-qstash serve: {exc}", file=sys.stderr)
@@ -274,9 +296,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     warning = beyond_loopback_warning(sock.getsockname()[0])
     if warning is not None:
         print(warning, file=sys.stderr, flush=True)
+    _large_blocks_go_back()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(app, sock, args.log_level, args.stop_with_parent, dev))
+        asyncio.run(
+            _serve(app, sock, args.log_level, args.stop_with_parent, dev, idle_timeout_ms / 1000)
+        )
     return 0
+
+
+def _large_blocks_go_back() -> None:
+    """glibc maps blocks from 128 KiB up and unmaps them when freed, but raises that bound
+    to the largest block freed so far (up to 32 MiB): after one 20 MiB answer, the next ones
+    land in the heap and the process keeps their memory. A fixed bound keeps every large body
+    (a request's, an endpoint's answer) returned to the system once it is let go."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return
+    try:
+        libc = ctypes.CDLL(name)
+        libc.mallopt(-3, 1024 * 1024)  # M_MMAP_THRESHOLD: 1 MiB, no longer moving
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt): its own policy
+        pass
 
 
 def _mount_option(option: str) -> Redirect:
@@ -359,15 +404,26 @@ def base_url(sock: socket.socket) -> str:
 
 
 async def _serve(
-    app: QStashServerApp, sock: socket.socket, log_level: str, stop_with_parent: bool, dev: bool
+    app: QStashServerApp,
+    sock: socket.socket,
+    log_level: str,
+    stop_with_parent: bool,
+    dev: bool,
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S,
 ) -> None:
     import uvicorn
 
     config = uvicorn.Config(
-        app, log_level=log_level, log_config=_log_config(log_level), lifespan="on", access_log=False
+        app,
+        log_level=log_level,
+        log_config=_log_config(log_level),
+        lifespan="on",
+        access_log=False,
+        http=_idle_closing_protocol(idle_timeout),
     )
     server = uvicorn.Server(config)
     loop = asyncio.get_running_loop()
+    loop.set_exception_handler(_QuietOnExhaustion())
     tasks = [loop.create_task(_announce(server, app, sock, dev))]
     if stop_with_parent:
         tasks.append(loop.create_task(_watch_parent(server)))
@@ -376,6 +432,83 @@ async def _serve(
     finally:
         for task in tasks:
             task.cancel()
+
+
+def _idle_closing_protocol(idle_timeout: float) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP/1.1 protocol (h11), which also closes connections that send no request.
+
+    uvicorn's own keep-alive timer starts only after an answer, and any byte received stops
+    it: a connection opened and left silent (or sending a request's head a byte at a time)
+    stayed open for good, and a few hundred of them used up the process's descriptors."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class IdleClosing(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+        _armed_for: object = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            self._armed_for = self.cycle  # a new request replaces it
+            self._head_timer = self.loop.call_later(idle_timeout, self._close_if_idle)
+
+        def _close_if_idle(self) -> None:
+            self._head_timer = None
+            waiting = self.cycle is self._armed_for and (
+                self.cycle is None or self.cycle.response_complete
+            )
+            if waiting and not self.transport.is_closing():
+                self.transport.close()
+
+    return IdleClosing
+
+
+class _QuietOnExhaustion:
+    """The event loop's exception handler: when accepting fails for want of descriptors (or
+    memory), one warning line, and no more than one a minute while it lasts, instead of
+    asyncio's traceback at every retry; everything else as asyncio reports it."""
+
+    _EVERY_S = 60.0
+
+    def __init__(self) -> None:
+        self._last: float | None = None
+        self._skipped = 0
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        message = str(context.get("message", ""))
+        if "._start_serving(" in message and isinstance(context.get("exception"), ValueError):
+            # asyncio schedules a retry per failed accept (thousands a second); those still
+            # pending when the server stops find the listening socket closed. Nothing to do.
+            return
+        if "out of system resource" not in message:
+            loop.default_exception_handler(context)
+            return
+        now = loop.time()
+        if self._last is not None and now - self._last < self._EVERY_S:
+            self._skipped += 1
+            return
+        skipped = f" ({self._skipped} more since the last warning)" if self._skipped else ""
+        self._last, self._skipped = now, 0
+        _log.warning(
+            "cannot accept connections: %s; new ones wait until some close (idle ones close "
+            "after --idle-timeout)%s",
+            context.get("exception"),
+            skipped,
+        )
 
 
 def _log_config(log_level: str) -> dict[str, Any]:

@@ -84,18 +84,20 @@ class _Connection:
         try:
             self.writer.write(data)
             await self.writer.drain()
-            status, headers, chunks = await self._read_response()
+            status, headers, body = await self._read_response()
         except h11.RemoteProtocolError as exc:
             raise httpx.RemoteProtocolError(str(exc)) from exc
         except OSError as exc:
             raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
-        return httpx.Response(status, headers=headers, content=b"".join(chunks), request=request)
+        return httpx.Response(status, headers=headers, content=bytes(body), request=request)
 
-    async def _read_response(self) -> tuple[int, list[tuple[bytes, bytes]], list[bytes]]:
+    async def _read_response(self) -> tuple[int, list[tuple[bytes, bytes]], bytearray]:
         http = self.http
         status: int | None = None
         headers: list[tuple[bytes, bytes]] = []
-        chunks: list[bytes] = []
+        # One buffer, not a list of chunks: a large answer is one allocation, which goes back
+        # to the system when freed (thousands of small ones leave the heap fragmented).
+        body = bytearray()
         while True:
             event = http.next_event()
             if event is h11.NEED_DATA:
@@ -107,10 +109,10 @@ class _Connection:
             elif isinstance(event, h11.Response):
                 status, headers = event.status_code, list(event.headers)
             elif isinstance(event, h11.Data):
-                chunks.append(bytes(event.data))
+                body += event.data
             elif isinstance(event, h11.EndOfMessage):
                 assert status is not None
-                return status, headers, chunks
+                return status, headers, body
             elif isinstance(event, h11.ConnectionClosed):
                 raise httpx.RemoteProtocolError(_NO_ANSWER)
             # An informational (1xx) response: the real one follows.

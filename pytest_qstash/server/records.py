@@ -225,6 +225,7 @@ class Model(Generic[T]):
         left_out: Iterable[str] = (),
         build: Callable[[dict[str, Any]], T] | None = None,
         get: Callable[[T, str], Any] | None = None,
+        summary_leaves: Iterable[str] = (),
     ) -> None:
         self.cls = cls
         self.kind = kind
@@ -233,10 +234,15 @@ class Model(Generic[T]):
         self.left_out = frozenset(left_out)
         self._build = build
         self._get = get
+        #: Wire fields that grow with what the item holds (a run's messages, a queue's
+        #: members): a list's row (``summary``) goes without them.
+        self.summary_leaves = frozenset(summary_leaves)
 
-    def render(self, item: T) -> dict[str, Any]:
+    def render(self, item: T, *, without: frozenset[str] = frozenset()) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for wire in self.fields:
+            if wire.name in without:
+                continue
             if self._get is not None:
                 value = self._get(item, wire.field)
             else:
@@ -246,6 +252,11 @@ class Model(Generic[T]):
             value = extra.read(item) if extra.read is not None else getattr(item, extra.name)
             out[extra.name] = None if value is None else extra.kind.encode(value)
         return out
+
+    def summary(self, item: T) -> dict[str, Any]:
+        """The item's JSON without ``summary_leaves``: what a list shows, bounded whatever
+        the item holds. ``read`` cannot read it back."""
+        return self.render(item, without=self.summary_leaves)
 
     def read(self, data: dict[str, Any]) -> T:
         """An instance of the model from what ``render`` wrote; ``ValueError`` when the
@@ -331,6 +342,7 @@ MESSAGE = Model(
         Wire("deliveries", ListOf(Nested(DELIVERY))),
         Wire("cascade_depth"),
         Wire("from_schedule"),
+        Wire("retried_from"),
     ],
     # ``labels``: split as the QStash API shows them, and as a run's are.
     [Derived("content_type"), Derived("done"), Derived("labels", _Tuple())],
@@ -421,6 +433,7 @@ SCHEDULE = Model(
         Wire("generation"),
     ],
     [Derived("method")],
+    summary_leaves=["options", "last_message_ids"],
 )
 
 QUEUE = Model(
@@ -436,6 +449,7 @@ QUEUE = Model(
         Wire("parked", _Set()),
     ],
     [Derived("lag")],
+    summary_leaves=["members", "parked"],
 )
 
 ENDPOINT = Model(Endpoint, "endpoint", [Wire("url"), Wire("name")])
@@ -472,6 +486,7 @@ FLOW_KEY = Model(
     # ``waiting`` on the wire is the count (what curl and the dashboard show); the model's
     # ``waiting`` is the ids, carried as ``waiting_messages``.
     [Derived("waiting", read=lambda key: key.wait_list_size)],
+    summary_leaves=["waiting_messages", "outstanding"],
 )
 
 WAITER = Model(
@@ -614,6 +629,7 @@ RUN = Model(
     ],
     build=_build_run,
     get=_run_field,
+    summary_leaves=["messages"],
 )
 
 WORKFLOW_DLQ_ENTRY = Model(
@@ -633,6 +649,7 @@ WORKFLOW_DLQ_ENTRY = Model(
         Derived("failure_callback"),
         Derived("failure_function_state"),
     ],
+    summary_leaves=["entry", "run"],
 )
 
 
@@ -658,7 +675,16 @@ LISTS: dict[str, tuple[Callable[[Any], dict[str, Any]], str]] = {
     name: (model.render, model.kind) for name, model in MODELS.items() if name != "api_calls"
 }
 
-#: Renderers the control API answers single items with.
-delivery = DELIVERY.render
-message = MESSAGE.render
-run = RUN.render
+#: Each model's summary by the name of what it renders: a row of a list (the dashboard's).
+delivery = DELIVERY.summary
+message = MESSAGE.summary
+dlq_entry = DLQ_ENTRY.summary
+event = EVENT.summary
+schedule = SCHEDULE.summary
+queue = QUEUE.summary
+url_group = URL_GROUP.summary
+run = RUN.summary
+flow_key = FLOW_KEY.summary
+waiter = WAITER.summary
+workflow_dlq_entry = WORKFLOW_DLQ_ENTRY.summary
+api_call = API_CALL.summary

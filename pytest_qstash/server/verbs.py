@@ -112,7 +112,7 @@ async def _mark(host: Host, args: dict[str, Any]) -> Any:
 def _mover(action: str) -> Handler:
     async def move(host: Host, args: dict[str, Any]) -> Any:
         made = await host.move(action, args)
-        return {"deliveries": [records.delivery(d) for d in made], **host.state()}
+        return {"deliveries": [records.DELIVERY.render(d) for d in made], **host.state()}
 
     return move
 
@@ -142,7 +142,7 @@ async def _clear_faults(host: Host, args: dict[str, Any]) -> Any:
 async def _redeliver(host: Host, args: dict[str, Any]) -> Any:
     message = host.fake.redeliver(args["message_id"])
     host.wake_up()
-    return records.message(message)
+    return records.MESSAGE.render(message)
 
 
 def _continuer(name: str) -> Handler:
@@ -158,7 +158,7 @@ def _continuer(name: str) -> Handler:
                 args["dlq_id"], retries=args["retries"], headers=args["headers"]
             )
         host.wake_up()
-        return records.run(run)
+        return records.RUN.render(run)
 
     return go_on
 

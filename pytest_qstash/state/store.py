@@ -30,7 +30,7 @@ from .dlq import DeadLetters
 from .flow_control import FlowKey, FlowKeys
 from .ids import IdGenerator
 from .invocations import report as report_invocation
-from .models import Delivery, DlqEntry, Event, Message, MessageState
+from .models import KEPT_RESPONSE_BYTES, Delivery, DlqEntry, Event, Message, MessageState
 from .options import MessageOptions, parse_options
 from .plans import DEFAULT_PLAN, PLANS, Plan
 from .queues import Queue, Queues
@@ -366,7 +366,22 @@ class Store:
             self._publish_callback(message, delivery, message.callback)
         if dlq_entry is not None and message.failure_callback:
             self._publish_callback(message, delivery, message.failure_callback, dlq_entry)
+        if len(result.content) > KEPT_RESPONSE_BYTES:
+            self._keep_the_start(delivery, dlq_entry, result.content)
         return delivery, dlq_entry
+
+    def _keep_the_start(self, delivery: Delivery, dlq_entry: DlqEntry | None, whole: bytes) -> None:
+        """Callbacks have carried the whole answer; the attempt's record, its log entries and
+        its DLQ entry keep its first ``KEPT_RESPONSE_BYTES``, so that endpoints answering
+        megabytes do not make the store grow by as much at every attempt."""
+        kept = whole[:KEPT_RESPONSE_BYTES]
+        delivery.response_content = kept
+        if dlq_entry is not None:
+            dlq_entry.response_content = kept
+        # This attempt's log entries are among the last few (callbacks log after them).
+        for event in self.events[-16:]:
+            if event.response_content is whole:
+                event.response_content = kept
 
     def _publish_callback(
         self,
@@ -531,6 +546,7 @@ class Store:
             callback_for=failed.callback_for,
         )
         message.is_failure_callback = failed.is_failure_callback
+        message.retried_from = failed.message_id
         message.from_schedule = False  # the test's own doing now, whatever started it
         if failed.workflow_run_id is not None:
             self.workflows.replace_dead_letter(failed, message, entry)
