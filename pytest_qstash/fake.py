@@ -10,7 +10,7 @@ import re
 import sys
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timezone
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -91,6 +91,9 @@ class FakeQStash:
     - ``token``, ``current_signing_key``, ``next_signing_key``: override the environment's.
     - ``plan``: the QStash plan whose limits apply: ``"free"``, ``"pay_as_you_go"``,
       ``"fixed_1m"`` or ``"fixed_10m"`` (the default, the most permissive).
+    - ``retention``: forget log entries, finished messages, deliveries and runs after the
+      plan's log retention, and DLQ entries after its DLQ retention, as QStash does
+      (default False: a test's records stay whole however far it advances).
     - ``region``: ``"us-east-1"`` or ``"eu-central-1"``: deliveries carry ``Upstash-Region``
       (``US-EAST-1``), as a multi-region account's do (default None: no header).
     """
@@ -115,12 +118,14 @@ class FakeQStash:
         next_signing_key: str | None = None,
         plan: str = DEFAULT_PLAN,
         region: str | None = None,
+        retention: bool = False,
     ) -> None:
         _check_settings(
             flags={
                 "freeze_time": freeze_time,
                 "raise_app_exceptions": raise_app_exceptions,
                 "strict": strict,
+                "retention": retention,
             },
             counts={
                 "default_retries": (default_retries, 0),
@@ -152,6 +157,7 @@ class FakeQStash:
             default_retries=default_retries,
             dedup_window_ms=parse_duration_ms(dedup_window, what="dedup_window"),
             plan=plan_named(plan),
+            retention=retention,
         )
         self.mounts = MountTable()
         self._handler_times = HandlerTimes()
@@ -198,6 +204,11 @@ class FakeQStash:
     @property
     def strict(self) -> bool:
         return self._strict
+
+    @property
+    def retention(self) -> bool:
+        """Whether the plan's retention forgets old records (see the ``retention`` option)."""
+        return self.store.retention is not None
 
     @property
     def delivery_timeout(self) -> float:
@@ -382,7 +393,7 @@ class FakeQStash:
             and response.status_code == 200
             and path.startswith(("/v2/dlq", "/v2/workflows/dlq"))
         ):
-            self._dlq_read.update(self.store.dlq)  # listed (or fetched) through the API
+            self._mark_dlq_read(self.store.dlq)  # listed (or fetched) through the API
         return response
 
     def fail_next(
@@ -575,8 +586,15 @@ class FakeQStash:
 
     @property
     def dlq(self) -> Found[DlqEntry]:
-        self._dlq_read.update(self.store.dlq)  # read: strict_teardown does not ask for it
+        self._mark_dlq_read(self.store.dlq)  # read: strict_teardown does not ask for it
         return Found(self.store.dlq.values(), "DLQ entry")
+
+    def _mark_dlq_read(self, dlq_ids: Iterable[str]) -> None:
+        read = self._dlq_read
+        read.update(dlq_ids)
+        if len(read) > 2 * len(self.store.dlq) + 64:
+            # Entries deleted, retried or expired since: forget them too (amortized).
+            read.intersection_update(self.store.dlq)
 
     @property
     def api_calls(self) -> Found[ApiCall]:
@@ -641,7 +659,7 @@ class FakeQStash:
         failed each (what ``GET /v2/workflows/dlq`` lists), in the order they failed. Each
         entry is in ``qstash.dlq`` too."""
         found = list(workflow_dlq.entries(self.store))
-        self._dlq_read.update(item.dlq_id for item in found)
+        self._mark_dlq_read(item.dlq_id for item in found)
         return Found(found, "workflow DLQ entry")
 
     def resume_run(

@@ -23,6 +23,7 @@ import httpx
 from ..errors import DeliveryLoopError, ReentrantCallError, UnroutedDeliveryError
 from ..state.attempts import Attempt
 from ..state.models import Delivery, Message, ms_to_datetime
+from ..state.retention import Trail
 from ..state.store import AttemptResult, Store
 from .handler_time import HandlerTimes
 from .mounts import MountTable
@@ -158,7 +159,7 @@ class Dispatcher:
 
     # -- steps ------------------------------------------------------------------------------
     @property
-    def deliveries(self) -> list[Delivery]:
+    def deliveries(self) -> Trail[Delivery]:
         return self.store.deliveries
 
     def next_job(self, until_ms: int, made: int) -> Job | None:

@@ -81,6 +81,9 @@ class ServerSettings:
     plan: str = DEFAULT_PLAN
     #: The real-time bound on one delivery attempt, in seconds.
     attempt_timeout: float = DEFAULT_ATTEMPT_TIMEOUT_S
+    #: Whether the plan's log and DLQ retention forget old records (on: a server left
+    #: running stays bounded).
+    retention: bool = True
     #: Outbound mounts (``--mount``, ``POST /_qstash/mounts``): (URL prefix, target) pairs.
     mounts: tuple[Redirect, ...] = ()
     #: The region deliveries are marked with (``us-east-1``), or None.
@@ -111,6 +114,7 @@ def build_fake(
         current_signing_key=settings.current_signing_key,
         next_signing_key=settings.next_signing_key,
         plan=plan if plan is not None else settings.plan,
+        retention=settings.retention,
         region=settings.region,
     )
     fake.sender.network = True  # the user runs a server: unmounted URLs are real endpoints

@@ -142,6 +142,14 @@ def parser() -> argparse.ArgumentParser:
         help=f"the QStash plan whose limits apply: {', '.join(PLANS)} (default {DEFAULT_PLAN}); "
         "a reset may choose another",
     )
+    serve.add_argument(
+        "--retention",
+        choices=("on", "off"),
+        default="on",
+        help="on (default): forget log entries, finished messages and runs after the plan's "
+        "log retention and DLQ entries after its DLQ retention, as QStash does (a server left "
+        "running stays bounded); off: keep everything",
+    )
     serve.add_argument("--token", help="the QSTASH_TOKEN to accept (default: a new random one)")
     serve.add_argument("--current-signing-key", help="default: a new random key")
     serve.add_argument("--next-signing-key", help="default: a new random key")
@@ -270,6 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=int(args.seed) if args.seed.isdigit() else args.seed,
         plan=args.plan,
         attempt_timeout=attempt_timeout_ms / 1000,
+        retention=args.retention == "on",
         mounts=merge_redirects((), mounts),
         region=region,
     )

@@ -27,7 +27,9 @@ _REPORTED_KEY = pytest.StashKey[bool]()
 def qstash_server_options() -> dict[str, Any]:
     """Override (session scope) to start the server otherwise: ``clock`` ("virtual"),
     ``start`` (an ISO 8601 moment), ``seed``, ``attempt_timeout`` (the real-time bound on one
-    delivery attempt: seconds or a duration, default 30 s), ``dev`` (True: dev mode, for apps
+    delivery attempt: seconds or a duration, default 30 s), ``retention`` (True: forget
+    records past the plan's retention, as ``serve`` does by default; the fixture's default is
+    False, so that a test's records stay whole as in-process), ``dev`` (True: dev mode, for apps
     configured by ``QSTASH_DEV=true`` alone; the tests get ``QSTASH_DEV`` and
     ``QSTASH_DEV_PORT``), ``region`` (``"us-east-1"`` or ``"eu-central-1"``: deliveries
     carry ``Upstash-Region``; the tests get ``QSTASH_REGION`` and the region's variables),
@@ -50,7 +52,7 @@ def qstash_server(
     mount in a ``with`` block, for one test)."""
     from .process import ServerProcess
 
-    options = {"clock": "virtual", **qstash_server_options}
+    options = {"clock": "virtual", "retention": False, **qstash_server_options}
     # Dev mode has credentials of its own: the session's are for the other modes.
     given = [] if options.get("dev") else ["--credentials-from-env"]
     options["args"] = [*given, "--stop-with-parent", *options.get("args", ())]

@@ -58,16 +58,20 @@ class ServerProcess(Client):
         start: str | None = None,
         seed: int | str = 0,
         attempt_timeout: float | str | None = None,
+        retention: bool | None = None,
         args: list[str] | tuple[str, ...] = (),
         timeout: float = 30.0,
         dev: bool = False,
         region: str | None = None,
     ) -> ServerProcess:
         """``attempt_timeout``: the real-time bound on one delivery attempt (seconds or a
-        duration such as ``"500ms"``; the server's default is 30 s). ``dev``: dev mode
-        (Upstash's public dev credentials; ``env`` adds ``QSTASH_DEV`` and
-        ``QSTASH_DEV_PORT``). ``region``: deliveries marked with it (``env`` adds
-        ``QSTASH_REGION`` and the region's variables)."""
+        duration such as ``"500ms"``; the server's default is 30 s). ``retention``: whether
+        the plan's retention forgets old records (``serve --retention on|off``; None: the
+        server's default, on). ``dev``: dev mode (Upstash's public dev credentials; ``env``
+        adds ``QSTASH_DEV`` and ``QSTASH_DEV_PORT``). ``region``: deliveries marked with it
+        (``env`` adds ``QSTASH_REGION`` and the region's variables)."""
+        if retention is not None and not isinstance(retention, bool):
+            raise TypeError(f"invalid retention={retention!r}: expected True or False")
         wanted = [*ENV_NAMES, *(DEV_ENV_NAMES if dev else ())]
         if region is not None:
             wanted += region_env_names(region)
@@ -86,6 +90,7 @@ class ServerProcess(Client):
                 if attempt_timeout is not None
                 else []
             ),
+            *([f"--retention={'on' if retention else 'off'}"] if retention is not None else []),
             *(["--dev"] if dev else []),
             *([f"--region={region}"] if region is not None else []),
             *args,

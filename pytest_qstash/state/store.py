@@ -35,6 +35,7 @@ from .options import MessageOptions, parse_options
 from .plans import DEFAULT_PLAN, PLANS, Plan
 from .queues import Queue, Queues
 from .rejections import RejectedCalls
+from .retention import Retention, Trail
 from .retry import (
     DEFAULT_RETRIES,
     InvalidRetryDelay,
@@ -75,13 +76,14 @@ class Store:
         default_retries: int = DEFAULT_RETRIES,
         dedup_window_ms: int = DEFAULT_DEDUP_WINDOW_MS,
         plan: Plan | None = None,
+        retention: bool = False,
     ) -> None:
         self.clock = clock
         self.ids = ids
         self.account = account
         self.default_retries = default_retries
         self.messages: dict[str, Message] = {}
-        self.events: list[Event] = []
+        self.events: Trail[Event] = Trail()
         self.dlq = DeadLetters()
         #: Deduplication of published messages (schedule creations keep their own).
         self.dedup = Deduplication(dedup_window_ms)
@@ -103,7 +105,7 @@ class Store:
         #: API calls answered with an error (the newest kept), for the failure report.
         self.api_errors = RejectedCalls()
         #: Every attempt that ended, in the order they ended.
-        self.deliveries: list[Delivery] = []
+        self.deliveries: Trail[Delivery] = Trail()
         #: Attempts started and not ended yet, by message id.
         self.in_flight: dict[str, Attempt] = {}
         #: What the account's plan limits.
@@ -116,6 +118,20 @@ class Store:
         self._attempt_seq = 0
         #: Messages the API published on one UTC day: (the day's start, how many).
         self._published_day = (0, 0)
+        #: What the plan's retention forgets as time passes; None: everything is kept.
+        self.retention: Retention | None = None
+        if retention:
+            self.retention = Retention(
+                self.plan,
+                messages=self.messages,
+                events=self.events,
+                deliveries=self.deliveries,
+                dlq=self.dlq,
+                workflows=self.workflows,
+                generations=self._generation,
+                callbacks_pending=self._callbacks_pending,
+            )
+            clock.on_move = self.retention.expire
 
     @property
     def dedup_window_ms(self) -> int:
@@ -657,6 +673,8 @@ class Store:
     def _finished(self, message: Message) -> None:
         """A message reached its final state: free its queue slot, unless callbacks about it
         are still to come (they are published right after this attempt) or to finish."""
+        if self.retention is not None:
+            self.retention.message_finished(message.message_id, self.clock.now_ms)
         if message.callback_for is not None:
             self._callback_finished(message)
         self.flow_keys.finished(message.message_id, message.flow_control)
@@ -711,6 +729,8 @@ class Store:
         reports its outcome to that run."""
         self.waiters.forget_run(run.run_id)
         report_invocation(self, run)
+        if self.retention is not None:
+            self.retention.run_ended(run.run_id, self.clock.now_ms)
 
     # -- internals --------------------------------------------------------------------------
     def _expression(self, text: str | None) -> RetryDelayExpression | None:
@@ -732,6 +752,8 @@ class Store:
         if message.workflow_run_id is not None and self.workflows.is_third_party_call(message):
             return None
         entry = self.dlq.add(message, result, self.clock.now_ms)
+        if self.retention is not None:
+            self.retention.dead_lettered(entry)
         if message.workflow_run_id is not None:
             self.workflows.message_failed(message, entry, self.clock.now_ms)
         return entry

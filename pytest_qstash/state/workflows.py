@@ -456,6 +456,19 @@ class WorkflowRuns:
         run, position = self._members[message.message_id]
         return run._members[position].call_type
 
+    def forget(self, run: WorkflowRun) -> list[Message]:
+        """Drop a run that ended (retention): it leaves the table, and so do the messages it
+        owns; returns them. Messages a resumed run carried over stay their own run's."""
+        self.runs.pop(run.run_id, None)
+        owned: list[Message] = []
+        for member in run._members:
+            message_id = member.message.message_id
+            found = self._members.get(message_id)
+            if found is not None and found[0] is run:
+                del self._members[message_id]
+                owned.append(member.message)
+        return owned
+
     # -- delivering -------------------------------------------------------------------------
     def membership(self, message_id: str) -> tuple[WorkflowRun, str] | None:
         """The run a message belongs to and its call type, or None."""
