@@ -363,7 +363,7 @@ def test_a_torn_journal_tail_loses_only_the_entry_it_tore(tmp_path: Path) -> Non
             headers=auth,
             content=b"{}",
         )
-        return str(json.loads(app._api(request).content)["messageId"])
+        return str(json.loads(app.api(request).content)["messageId"])
 
     async def crash_copy() -> list[str]:
         app = QStashServerApp(settings, DataDir(tmp_path / "a"))
@@ -403,7 +403,7 @@ def test_ids_come_out_the_same_though_deliveries_are_not_replayed(tmp_path: Path
         request = httpx.Request(
             "POST", f"http://127.0.0.1:1/v2/publish/{nowhere}/{path}", headers=auth, content=b"{}"
         )
-        return str(json.loads(app._api(request).content)["messageId"])
+        return str(json.loads(app.api(request).content)["messageId"])
 
     async def crash_copy() -> list[str]:
         app = QStashServerApp(settings, DataDir(tmp_path / "a"))
@@ -411,7 +411,7 @@ def test_ids_come_out_the_same_though_deliveries_are_not_replayed(tmp_path: Path
         app.persistence.started(app)
         ids = [publish(app, "first")]
         tick = httpx.Request("POST", "http://127.0.0.1:1/_qstash/tick", headers=auth)
-        answer = await app._control(tick, "tick")
+        answer = await app.control(tick, "tick")
         assert [d["error"] is not None for d in json.loads(answer.content)["deliveries"]] == [True]
         ids.append(publish(app, "second"))
         shutil.copytree(tmp_path / "a", tmp_path / "b", ignore=shutil.ignore_patterns("lock"))
@@ -466,7 +466,7 @@ def test_without_fork_a_thread_writes_the_snapshot(
             request = httpx.Request(
                 "POST", f"http://127.0.0.1:1/v2/publish/https://example.com/{n}", headers=auth
             )
-            app._api(request)
+            app.api(request)
         data_dir = app.persistence
         assert isinstance(data_dir, DataDir)
         data_dir._step(app)

@@ -401,7 +401,7 @@ class DataDir(InMemory):
                 f"cannot read the state in {self.path / _SNAPSHOT}: {type(exc).__name__}: {exc}"
             ) from None
         app.settings = self._settings(state["settings"], app.settings)
-        app._resets = state["resets"]
+        app.resets = state["resets"]
         fake = app.fake
         for name, get in _ROOTS.items():
             target = get(fake)
@@ -521,7 +521,7 @@ class DataDir(InMemory):
 
         # One its client was refused (a bad body, say) is refused again, changing nothing.
         with contextlib.suppress(ControlError, ValueError, TypeError):
-            _run_now(app._act(request, entry.target))
+            _run_now(app.act(request, entry.target))
 
     def _move_ids(self, ids: IdGenerator, drawn: int) -> None:
         """Put the id generator where it was before an entry was first handled: deliveries
@@ -543,7 +543,7 @@ class DataDir(InMemory):
         fake = app.fake
         return {
             "settings": app.settings,
-            "resets": app._resets,
+            "resets": app.resets,
             "roots": {name: vars(get(fake)) for name, get in _ROOTS.items()},
             "fake": _fake_extras(fake),
         }
