@@ -1287,7 +1287,7 @@ def persisted_publish(report: Report, n: int, rounds: int) -> None:
                 app.persistence.started(app)
                 began = time.perf_counter()
                 for request in requests:
-                    app._api(request)
+                    app.api(request)
                 took = time.perf_counter() - began
                 await app.shutdown()
             return took

@@ -215,6 +215,25 @@ class FakeQStash:
         """The bound on one delivery, in real seconds."""
         return self._sender.delivery_timeout_s
 
+    # -- for the server mode: its own delivery loop over this fake --------------------------
+    @property
+    def sender(self) -> Sender:
+        """What sends a delivery's request (into a mounted app, or over the network); the
+        server sets its connection pool and lets it reach any host."""
+        return self._sender
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        """What turns due messages into delivery jobs and applies their answers: the server's
+        concurrent loop sends its jobs."""
+        return self._dispatcher
+
+    def deliver_async_with(self, run: Callable[[int], Awaitable[list[Delivery]]]) -> None:
+        """Make ``atick``/``aadvance``/``aadvance_to``/``adrain`` deliver through ``run``
+        (deliver what is due up to a moment, in unix ms; return the deliveries made)
+        instead of the dispatcher's own loop: the server's concurrent one."""
+        self._adeliver = run
+
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> FakeQStash:
         if not self._active:

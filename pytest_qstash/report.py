@@ -24,16 +24,21 @@ _REFUSED_STATUSES = (400, 401, 403)
 
 
 def section(
-    store: Store, deliveries_total: int, failed_steps: Mapping[str, FailedStep] | None = None
+    store: Store,
+    deliveries_total: int,
+    failed_steps: Mapping[str, FailedStep] | None = None,
+    *,
+    fixture: str = "qstash",
 ) -> str | None:
     """The report section's text, or None when the fake saw nothing. Never raises: a broken
     report must not turn a failing test into an INTERNALERROR for the whole session.
     ``failed_steps``: the step each workflow run failed at last, by run id, as the SDK
-    logged it (see ``step_failures``)."""
+    logged it (see ``step_failures``). ``fixture``: the name the test knows the fake by,
+    which the verbs the report suggests are called on (``qstash_server.notify(...)``)."""
     try:
         if not _anything_happened(store):
             return None
-        return timeline(store, deliveries_total, failed_steps or {})
+        return timeline(store, deliveries_total, failed_steps or {}, fixture=fixture)
     except Exception as exc:  # any bug here must stay inside the section
         return f"qstash report failed: {type(exc).__name__}: {exc}"
 
@@ -43,7 +48,11 @@ def _anything_happened(store: Store) -> bool:
 
 
 def timeline(
-    store: Store, deliveries_total: int, failed_steps: Mapping[str, FailedStep] | None = None
+    store: Store,
+    deliveries_total: int,
+    failed_steps: Mapping[str, FailedStep] | None = None,
+    *,
+    fixture: str = "qstash",
 ) -> str:
     now = store.clock.now_ms
     # What failed first: a failing workflow step is what the reader is looking for, and
@@ -92,15 +101,15 @@ def timeline(
                 "Upstash-Workflow-Sdk-Version and nothing is pending: is that URL a workflow "
                 "route (serve())?"
             )
-        lines.extend(_waiting_lines(store, run))
+        lines.extend(_waiting_lines(store, run, fixture))
 
-    hint = _signature_hint(store)
+    hint = _signature_hint(store, fixture)
     if hint:
         lines.append(hint)
     return "\n".join(lines)
 
 
-def _waiting_lines(store: Store, run: WorkflowRun) -> list[str]:
+def _waiting_lines(store: Store, run: WorkflowRun, fixture: str) -> list[str]:
     """What a run in progress waits for: the event, the step, until when, and what ends it."""
     out = []
     for waiter in store.waiters.of_run(run.run_id):
@@ -108,7 +117,7 @@ def _waiting_lines(store: Store, run: WorkflowRun) -> list[str]:
             what, ends = "a request to its webhook", "a request to the webhook URL resumes it"
         else:
             what = f"event {waiter.event_id!r}"
-            ends = f"qstash.notify({waiter.event_id!r}, data) resumes it"
+            ends = f"{fixture}.notify({waiter.event_id!r}, data) resumes it"
         out.append(
             f"    waiting for {what} at step {waiter.step_name!r} ({waiter.step_type}) until "
             f"{_when(waiter.deadline_ms)}, when it times out; {ends}"
@@ -340,7 +349,7 @@ def _rejected_lines(store: Store) -> list[str]:
     return lines
 
 
-def _signature_hint(store: Store) -> str | None:
+def _signature_hint(store: Store, fixture: str) -> str | None:
     refused = signature_error = False
     for message in store.messages.values():
         for delivery in message.deliveries:
@@ -357,7 +366,8 @@ def _signature_hint(store: Store) -> str | None:
         causes.append("a delivery was refused (400/401/403)")
     if signature_error:
         causes.append("the app could not verify a delivery's signature")
-    hint = f"hint: {' and '.join(causes)}. {_SIGNATURE_HINT}"
+    clock = _IN_PROCESS_CLOCK if fixture == "qstash" else ""
+    hint = f"hint: {' and '.join(causes)}. {_SIGNATURE_HINT.format(fixture=fixture, clock=clock)}"
     if refused:
         hint += " " + _WORKFLOW_HINT
     return hint
@@ -378,9 +388,10 @@ def _raised_signature_error(delivery: Delivery) -> bool:
 _SIGNATURE_HINT = (
     "If the app verifies Upstash-Signature: the token's `sub` is the exact URL called (scheme, "
     "host, path and query: pass that URL to Receiver.verify), it is signed with "
-    "QSTASH_CURRENT_SIGNING_KEY as the fake reads it, and its iat/exp follow qstash.now (the "
-    "app's clock too, unless freeze_time=False)."
+    "QSTASH_CURRENT_SIGNING_KEY as the fake reads it, and its iat/exp follow {fixture}.now"
+    "{clock}."
 )
+_IN_PROCESS_CLOCK = " (the app's clock too, unless freeze_time=False)"
 _WORKFLOW_HINT = (
     "An Upstash Workflow route also answers 400 when its route function returns before "
     "reaching any step."

@@ -30,7 +30,7 @@ def test_a_failed_run_is_resumed_restarted_and_deleted_from_the_dlq(
     assert entry["workflowRunId"] == run_id
     assert entry["label"] == "vip"
     [failed] = qstash_server.workflow_dlq
-    assert (failed.dlq_id, failed.labels) == (entry["dlqId"], ["vip"])
+    assert (failed.dlq_id, failed.labels) == (entry["dlqId"], ("vip",))
 
     mend(node)
     node.clear()
@@ -111,7 +111,7 @@ def test_the_servers_trigger_keeps_labels_for_the_logs(qstash_server: ServerProc
     qstash_server.reset()
     run_id = qstash_server.trigger("https://shop.test/wf", {"n": 1}, label="a,b")
 
-    assert qstash_server.runs.one(run_id=run_id).labels == ["a", "b"]
+    assert qstash_server.runs.one(run_id=run_id).labels == ("a", "b")
     logs = httpx.get(
         f"{qstash_server.url}/v2/workflows/logs",
         params={"label": "b"},

@@ -31,8 +31,9 @@ def outbound_app(qstash_server: ServerProcess) -> Iterator[NodeHarness]:
         harness.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def fake_openai(outbound_app: NodeHarness) -> Iterator[NodeApp]:
+    # One per test: it lists every request it was sent, and a test reads only its own.
     with NodeApp.start_script(NODE_DIR / "fake-openai.mjs", cwd=NODE_DIR) as app:
         yield app
 

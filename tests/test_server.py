@@ -219,6 +219,7 @@ def test_bad_control_requests_say_what_is_accepted(qstash_server: ServerProcess)
     with pytest.raises(ServerError) as unknown:
         qstash_server._call("POST", "rewind", {})
     assert unknown.value.status == 404
+    assert "POST advance_to" in unknown.value.message  # what there is instead
 
 
 def test_an_endpoint_that_is_down_is_a_failed_attempt(

@@ -370,7 +370,7 @@ def test_a_torn_journal_tail_loses_only_the_entry_it_tore(tmp_path: Path) -> Non
             headers=auth,
             content=b"{}",
         )
-        return str(json.loads(app._api(request).content)["messageId"])
+        return str(json.loads(app.api(request).content)["messageId"])
 
     async def crash_copy() -> list[str]:
         app = QStashServerApp(settings, DataDir(tmp_path / "a"))
@@ -410,7 +410,7 @@ def test_ids_come_out_the_same_though_deliveries_are_not_replayed(tmp_path: Path
         request = httpx.Request(
             "POST", f"http://127.0.0.1:1/v2/publish/{nowhere}/{path}", headers=auth, content=b"{}"
         )
-        return str(json.loads(app._api(request).content)["messageId"])
+        return str(json.loads(app.api(request).content)["messageId"])
 
     async def crash_copy() -> list[str]:
         app = QStashServerApp(settings, DataDir(tmp_path / "a"))
@@ -418,7 +418,7 @@ def test_ids_come_out_the_same_though_deliveries_are_not_replayed(tmp_path: Path
         app.persistence.started(app)
         ids = [publish(app, "first")]
         tick = httpx.Request("POST", "http://127.0.0.1:1/_qstash/tick", headers=auth)
-        answer = await app._control(tick, "tick")
+        answer = await app.control(tick, "tick")
         assert [d["error"] is not None for d in json.loads(answer.content)["deliveries"]] == [True]
         ids.append(publish(app, "second"))
         shutil.copytree(tmp_path / "a", tmp_path / "b", ignore=shutil.ignore_patterns("lock"))
@@ -473,7 +473,7 @@ def test_without_fork_a_thread_writes_the_snapshot(
             request = httpx.Request(
                 "POST", f"http://127.0.0.1:1/v2/publish/https://example.com/{n}", headers=auth
             )
-            app._api(request)
+            app.api(request)
         data_dir = app.persistence
         assert isinstance(data_dir, DataDir)
         data_dir._step(app)
@@ -670,7 +670,7 @@ def test_an_older_schema_is_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyP
         request = httpx.Request(
             "POST", "http://127.0.0.1:1/v2/publish/https://example.com/x", headers=auth
         )
-        message_id = str(json.loads(app._api(request).content)["messageId"])
+        message_id = str(json.loads(app.api(request).content)["messageId"])
         await app.shutdown()
         return message_id
 
@@ -726,7 +726,7 @@ def test_pickled_cells_run_nothing(tmp_path: Path) -> None:
             headers={**auth, **headers},
             content=b"{}",
         )
-        assert app._api(request).status_code == 200
+        assert app.api(request).status_code == 200
 
     async def make() -> None:
         app = QStashServerApp(settings, DataDir(tmp_path / "clean"))
@@ -765,7 +765,7 @@ def test_pickled_cells_run_nothing(tmp_path: Path) -> None:
         app.startup()
         app.persistence.started(app)
         for name in (*LISTS, "state"):
-            answer = await app._control(
+            answer = await app.control(
                 httpx.Request("GET", f"http://127.0.0.1:1/_qstash/{name}", headers=auth), name
             )
             assert answer.status_code == 200, (name, answer.content)
@@ -834,11 +834,11 @@ def test_a_write_that_fails_is_said_once_and_tried_again_later(
             request = httpx.Request(
                 "POST", "http://127.0.0.1:1/v2/publish/https://example.com/x", headers=auth
             )
-            app._api(request)
+            app.api(request)
 
         async def state() -> dict[str, Any]:
             get = httpx.Request("GET", "http://127.0.0.1:1/_qstash/state", headers=auth)
-            return dict(json.loads((await app._control(get, "state")).content))
+            return dict(json.loads((await app.control(get, "state")).content))
 
         monkeypatch.setattr(DataDir, "_write", full_disk)
         for _ in range(5):
@@ -881,11 +881,11 @@ def test_a_request_the_journal_cannot_take_is_not_acknowledged(tmp_path: Path) -
         publish = httpx.Request(
             "POST", "http://127.0.0.1:1/v2/publish/https://example.com/x", headers=auth
         )
-        answer = app._api(publish)
+        answer = app.api(publish)
         advance = httpx.Request(
             "POST", "http://127.0.0.1:1/_qstash/advance", headers=auth, content=b'{"by": "1s"}'
         )
-        control = await app._control(advance, "advance")
+        control = await app.control(advance, "advance")
         status = data_dir.status()
         await app.shutdown()
         return answer, control, status

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from inner_pytest import run_inner
 from qstash import QStash
 from qstash.errors import QStashError
 
@@ -157,8 +158,8 @@ def test_flow_control_keys_are_listed(qstash_server: ServerProcess, sdk: QStash)
             flow_control={"key": "tenant-7", "parallelism": 1, "rate": 10, "period": "1m"},
         )
     key = qstash_server.flow_keys.one(key="tenant-7")
-    assert (key.parallelism, key.rate, key.period, key.paused) == (1, 10, 60, False)
-    assert (key.active, key.waiting) == (0, 0)  # none due yet
+    assert (key.parallelism, key.rate, key.period_s, key.paused) == (1, 10, 60, False)
+    assert (key.active, key.wait_list_size, key.waiting) == (0, 0, {})  # none due yet
 
 
 def test_notify_is_the_fixture_s(qstash_server: ServerProcess) -> None:
@@ -222,6 +223,46 @@ def test_a_failing_test_gets_a_report_of_what_the_server_saw(pytester: pytest.Py
     assert "http://127.0.0.1:9/this-test CREATED" in section
     assert "earlier-test" not in section  # only what the server saw since the test began
     assert "1 message(s), 0 delivery attempt(s), 0 in the DLQ" in section
+
+
+def test_the_report_of_a_server_test_names_the_server_s_verbs(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A run waiting for an event: the report says which call resumes it, on qstash_server.
+    # The inner run's server process imports this checkout's package, wherever it runs.
+    monkeypatch.setenv("PYTHONPATH", str(HERE.parent))
+    pytester.makepyfile(
+        test_inner=textwrap.dedent(
+            """
+            import httpx
+
+            def test_waits(qstash_server):
+                flow = "http://127.0.0.1:9/flow"
+                run_id = qstash_server.trigger(flow, {"order": 7})
+                answer = httpx.post(
+                    f"{qstash_server.url}/v2/wait/order-7-paid",
+                    json={"url": flow, "timeoutUrl": flow, "timeoutHeaders": {},
+                          "step": {"stepId": 1, "stepType": "Wait", "stepName": "pay"}},
+                    headers={
+                        "Authorization": f"Bearer {qstash_server.token}",
+                        "Upstash-Workflow-RunId": run_id,
+                        "Upstash-Workflow-Url": flow,
+                        "Upstash-Forward-Upstash-Workflow-Sdk-Version": "1",
+                    },
+                )
+                assert answer.status_code == 200, answer.text
+                assert not qstash_server.waiters
+            """
+        )
+    )
+    result = run_inner(pytester, "-p", "no:randomly", "-p", "no:asyncio")
+    result.assert_outcomes(failed=1)
+    [section] = re.findall(
+        r"-+ qstash -+\n(.*?)(?:\n_{5,}|\n=+ short)", result.stdout.str(), re.DOTALL
+    )
+    assert "waiting for event 'order-7-paid' at step 'pay' (Wait)" in section
+    assert "qstash_server.notify('order-7-paid', data) resumes it" in section
+    assert "qstash.notify" not in section
 
 
 def test_a_failed_run_is_resumed_and_restarted_through_the_client(

@@ -103,9 +103,9 @@ class Dispatcher:
                     job.duration_ms = self.handler_times.duration_ms(job.request)
                     outcome = self.sender.send(job.request)
                 except Unrouted as exc:
-                    outcome = self._unrouted(job, exc)
+                    outcome = self.unrouted(job, exc)
                 except BaseException:
-                    self._abandon(job)
+                    self.abandon(job)
                     raise
                 if (delivery := self.answered(job, outcome)) is not None:
                     made.append(delivery)
@@ -128,9 +128,9 @@ class Dispatcher:
                     job.duration_ms = self.handler_times.duration_ms(job.request)
                     outcome = await self.sender.asend(job.request)
                 except Unrouted as exc:
-                    outcome = self._unrouted(job, exc)
+                    outcome = self.unrouted(job, exc)
                 except BaseException:
-                    self._abandon(job)
+                    self.abandon(job)
                     raise
                 if (delivery := self.answered(job, outcome)) is not None:
                     made.append(delivery)
@@ -245,12 +245,15 @@ class Dispatcher:
             message.method, url, headers=headers, content=content, extensions={"timeout": timeout}
         )
 
-    def _abandon(self, job: Job) -> None:
+    def abandon(self, job: Job) -> None:
         """A delivery cut short by what is no app error (a cancellation, KeyboardInterrupt,
-        SystemExit): the attempt did not happen; the message is due again, not stuck ACTIVE."""
+        SystemExit): the attempt did not happen; the message is due again, not stuck ACTIVE.
+        For every loop that sends jobs (this one's, the server's concurrent one)."""
         self.store.requeue(job.attempt)
 
-    def _unrouted(self, job: Job, exc: Unrouted) -> Outcome:
+    def unrouted(self, job: Job, exc: Unrouted) -> Outcome:
+        """The outcome of a job nothing answers: a failed attempt, or, with strict routing,
+        ``UnroutedDeliveryError`` (the message due again). For every loop that sends jobs."""
         __tracebackhide__ = True
         job.duration_ms = 0  # nothing answered: the attempt fails at once
         if self.settings.strict_routing:

@@ -18,7 +18,6 @@ _WHERE = {
     "install_node_packages": ".node",
     "ServerError": ".client",
     "ServerProcess": ".process",
-    "Record": ".records",
 }
 
 if TYPE_CHECKING:
@@ -26,14 +25,12 @@ if TYPE_CHECKING:
     from .client import Client, ServerError
     from .node import NodeApp, NodeUnavailable, install_node_packages
     from .process import ServerProcess
-    from .records import Record
 
 __all__ = [
     "AppProcess",
     "Client",
     "NodeApp",
     "NodeUnavailable",
-    "Record",
     "ServerError",
     "ServerProcess",
     "install_node_packages",

@@ -38,7 +38,7 @@ from ..fake import FakeQStash
 from ..state.models import Delivery
 from ..state.plans import DEFAULT_PLAN, PLANS, plan_named
 from ..state.provisioned import carry_over, keep_names
-from . import records, reports
+from . import records, verbs
 from .dashboard import DASHBOARD_PATH, Dashboard
 from .deliveries import DEFAULT_ATTEMPT_TIMEOUT_S, ServerDeliveries
 from .persistence import InMemory, Persistence, PersistenceError
@@ -117,7 +117,7 @@ def build_fake(
         retention=settings.retention,
         region=settings.region,
     )
-    fake._sender.network = True  # the user runs a server: unmounted URLs are real endpoints
+    fake.sender.network = True  # the user runs a server: unmounted URLs are real endpoints
     return fake
 
 
@@ -133,11 +133,12 @@ class QStashServerApp:
     keeps its state on disk (a ``persistence.DataDir``), or not (the default)."""
 
     #: The control actions that move the clock (and deliver on the way).
-    CLOCK_MOVES = ("tick", "advance", "advance_to", "drain")
+    CLOCK_MOVES = verbs.CLOCK_MOVES
 
     def __init__(self, settings: ServerSettings, persistence: Persistence | None = None) -> None:
         self.settings = settings
-        self._resets = 0
+        #: How many resets this server has had (each starts a fresh store).
+        self.resets = 0
         self._lock: asyncio.Lock | None = None
         self._wake: asyncio.Event | None = None
         self._follower: asyncio.Task[None] | None = None
@@ -147,14 +148,9 @@ class QStashServerApp:
         self.persistence = persistence if persistence is not None else InMemory()
         restored = self.persistence.load(self)  # a data dir's state, in place of the new fake's
         if restored is not None:
-            self.settings, self._resets = restored.settings, restored.resets
+            self.settings, self.resets = restored.settings, restored.resets
         self._install(self.fake)  # with the settings the data dir kept
         self.dashboard = Dashboard(self)
-
-    @property
-    def resets(self) -> int:
-        """How many resets this server has had (each starts a fresh store)."""
-        return self._resets
 
     # -- ASGI -------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -178,10 +174,10 @@ class QStashServerApp:
         if path == DASHBOARD_PATH or path.startswith(f"{DASHBOARD_PATH}/"):
             response = await self.dashboard.handle(request, path[len(DASHBOARD_PATH) :])
         elif path == CONTROL_PREFIX or path.startswith(f"{CONTROL_PREFIX}/"):
-            response = await self._control(request, path[len(CONTROL_PREFIX) :].strip("/"))
+            response = await self.control(request, path[len(CONTROL_PREFIX) :].strip("/"))
         else:
             try:
-                response = self._api(request)
+                response = self.api(request)
             except httpx.TransportError:  # a fault of kind "network": no answer
                 await _break_connection(send)
                 return
@@ -205,7 +201,7 @@ class QStashServerApp:
         self._wake = asyncio.Event()
         self._pool = OriginPools()
         self._pool.mounts = self.settings.mounts
-        self.fake._sender.pool = self._pool
+        self.fake.sender.pool = self._pool
         if self.settings.clock == "real":
             self._follower = asyncio.get_running_loop().create_task(self._follow_wall_clock())
 
@@ -219,7 +215,7 @@ class QStashServerApp:
         await self.persistence.stopped(self)
         self.fake.stop()
         with contextlib.suppress(Exception):
-            self.fake._sender.close()
+            self.fake.sender.close()
         if self._pool is not None:
             await self._pool.aclose()
             self._pool = None
@@ -227,13 +223,13 @@ class QStashServerApp:
     def _install(self, fake: FakeQStash) -> None:
         """Serve ``fake`` from now on, delivering through the shared pool."""
         self.fake = fake
-        fake._sender.pool = self._pool
+        fake.sender.pool = self._pool
         real = self.settings.clock == "real"
         self._deliveries = ServerDeliveries(
             fake,
             self.settings.attempt_timeout,
             catch_up=self._catch_up_clock if real else None,
-            on_end=self._wake_up if real else None,
+            on_end=self.wake_up if real else None,
         )
 
     def mount(self, prefix: str, to: str) -> Redirect:
@@ -257,12 +253,13 @@ class QStashServerApp:
         if self._pool is not None:
             self._pool.mounts = mounts
 
-    def _wake_up(self) -> None:
+    def wake_up(self) -> None:
         if self._wake is not None:
             self._wake.set()  # something may be due now: the real clock's task looks
 
     # -- the QStash API ---------------------------------------------------------------------
-    def _api(self, request: httpx.Request) -> httpx.Response:
+    def api(self, request: httpx.Request) -> httpx.Response:
+        """Answer a QStash API request (the dashboard's buttons send theirs here too)."""
         if self.settings.clock == "real":
             self._catch_up_clock()  # a publish is stamped with the wall clock's now
         try:
@@ -270,7 +267,7 @@ class QStashServerApp:
                 response = self.fake.handle(request)
         except PersistenceError as exc:  # not journaled: not acknowledged either
             return httpx.Response(503, json={"error": str(exc)})
-        self._wake_up()
+        self.wake_up()
         return response
 
     def _catch_up_clock(self) -> None:
@@ -299,22 +296,24 @@ class QStashServerApp:
                     await asyncio.wait_for(self._wake.wait(), wait)
 
     # -- the control API --------------------------------------------------------------------
-    async def _control(self, request: httpx.Request, action: str) -> httpx.Response:
+    async def control(self, request: httpx.Request, action: str) -> httpx.Response:
+        """Answer a control request (``/_qstash/<action>``): authenticated, journaled, and
+        every refusal a 4xx ``{"error": ...}``."""
         try:
             self._authenticate(request)
         except ControlError as exc:
             return httpx.Response(exc.status, json={"error": exc.message})
         try:
             with self.persistence.control(self, request, action):
-                return await self.act(request, action)
+                return await self.answer(request, action)
         except PersistenceError as exc:
             return httpx.Response(503, json={"error": str(exc)})
 
-    async def act(self, request: httpx.Request, action: str) -> httpx.Response:
-        """A control action, answered (without authentication or journaling: what a data
-        dir's replay runs)."""
+    async def answer(self, request: httpx.Request, action: str) -> httpx.Response:
+        """A control action answered, every refusal a 4xx ``{"error": ...}`` (without
+        authentication or journaling: what a data dir's replay runs)."""
         try:
-            return await self._act(request, action)
+            return await self.act(request, action)
         except ControlError as exc:
             return httpx.Response(exc.status, json={"error": exc.message})
         except (ValueError, TypeError, OverflowError) as exc:
@@ -337,114 +336,33 @@ class QStashServerApp:
         if not same_token(token, self.fake.token):
             raise ControlError(401, "invalid token: it is not this server's QSTASH_TOKEN")
 
-    async def _act(self, request: httpx.Request, action: str) -> httpx.Response:
+    async def act(self, request: httpx.Request, action: str) -> httpx.Response:
+        """Answer an authenticated control request: a list (``records.MODELS``) or a verb
+        (``verbs.VERBS``). What a data dir replays its journal through."""
         method = request.method
-        if method == "GET" and action in records.LISTS:
-            write, _ = records.LISTS[action]
-            return httpx.Response(200, json=[write(item) for item in getattr(self.fake, action)])
-        if method == "GET" and action in ("", "state"):
-            return httpx.Response(200, json=self._state())
-        if method == "GET" and action == "mark":
-            return httpx.Response(200, json=reports.Mark.of(self.fake.store, self._resets).json())
-        if action == "mounts" and method in ("GET", "POST", "DELETE"):
-            return self._mounts(method, request)
-        if method != "POST":
-            raise ControlError(404, f"{method} {CONTROL_PREFIX}/{action} is no control endpoint")
-        body = _json_body(request)
-        if action in self.CLOCK_MOVES:
-            return httpx.Response(200, json=await self._move(action, body))
-        if action == "reset":
-            return httpx.Response(200, json=await self._reset(body))
-        if action == "fail_next":
-            fault = self.fake.fail_next(
-                body.get("endpoint", "publish"),
-                status=body.get("status"),
-                kind=body.get("kind"),
-                times=body.get("times", 1),
+        if method == "GET" and action in records.MODELS:
+            render = records.MODELS[action].render
+            return httpx.Response(200, json=[render(item) for item in getattr(self.fake, action)])
+        verb = verbs.ROUTES.get((method, action or "state"))
+        if verb is None:
+            known = [f"{m} {route}" for m, route in verbs.ROUTES] + [
+                f"GET {name}" for name in records.MODELS
+            ]
+            raise ControlError(
+                404,
+                f"{method} {CONTROL_PREFIX}/{action} is no control endpoint; there are: "
+                + ", ".join(known),
             )
-            return httpx.Response(
-                200,
-                json={
-                    "endpoint": fault.endpoint,
-                    "kind": fault.kind,
-                    "status": fault.status,
-                    "times": fault.times,
-                },
-            )
-        if action == "redeliver":
-            message = self.fake.redeliver(_required(body, "message_id"))
-            if self._wake is not None:
-                self._wake.set()
-            return httpx.Response(200, json=records.message(message))
-        if action in ("resume_run", "restart_run", "retry_failure_function"):
-            dlq_id = _required(body, "dlq_id")
-            if action == "retry_failure_function":
-                run = self.fake.retry_failure_function(dlq_id)
-            else:
-                continue_run = getattr(self.fake, action)
-                run = continue_run(dlq_id, retries=body.get("retries"), headers=body.get("headers"))
-            self._wake_up()
-            return httpx.Response(200, json=records.run(run))
-        if action == "report":
-            mark = body.get("since")
-            since = None if mark is None else reports.Mark.read(mark)
-            return httpx.Response(
-                200, json={"text": reports.since(self.fake.store, since, self._resets)}
-            )
-        if action == "clear_faults":
-            self.fake.clear_faults()
-            return httpx.Response(200, json={})
-        if action == "trigger":
-            run_id = self.fake.trigger(
-                _required(body, "url"),
-                body.get("body"),
-                body.get("headers"),
-                run_id=body.get("run_id"),
-                retries=body.get("retries"),
-                failure_url=body.get("failure_url"),
-                label=body.get("label"),
-            )
-            self._wake_up()
-            return httpx.Response(200, json={"run_id": run_id})
-        if action == "notify":
-            try:
-                answers = self.fake.notify(
-                    _required(body, "event_id"), body.get("data"), run_id=body.get("run_id")
-                )
-            except ValueError as exc:
-                raise ControlError(400, str(exc)) from None
-            if self._wake is not None:
-                self._wake.set()
-            return httpx.Response(200, json=answers)
-        raise ControlError(404, f"POST {CONTROL_PREFIX}/{action} is no control endpoint")
+        args = verb.arguments(_json_body(request) if method != "GET" else {})
+        return httpx.Response(200, json=await verb.run(self, args))
 
-    # -- what the dashboard calls (``dashboard.Host``) --------------------------------------
+    @property
+    def mounts(self) -> list[dict[str, str]]:
+        """The outbound mounts, as ``GET /_qstash/mounts`` answers them."""
+        return [{"prefix": prefix, "to": to} for prefix, to in self.settings.mounts]
+
     def state(self) -> dict[str, Any]:
-        """The clock and plan, as ``GET /_qstash/state`` answers them."""
-        return self._state()
-
-    async def control(self, request: httpx.Request, action: str) -> httpx.Response:
-        """A control API request, answered as over HTTP (the token checked)."""
-        return await self._control(request, action)
-
-    def api(self, request: httpx.Request) -> httpx.Response:
-        """A QStash API request, answered as over HTTP."""
-        return self._api(request)
-
-    def _mounts(self, method: str, request: httpx.Request) -> httpx.Response:
-        """GET lists the outbound mounts; POST ``{"prefix", "to"}`` adds one; DELETE
-        ``{"prefix"}`` removes one (``{"removed": false}`` when there was none)."""
-        if method == "POST":
-            body = _json_body(request)
-            prefix, to = self.mount(_required(body, "prefix"), _required(body, "to"))
-            return httpx.Response(200, json={"prefix": prefix, "to": to})
-        if method == "DELETE":
-            removed = self.unmount(_required(_json_body(request), "prefix"))
-            return httpx.Response(200, json={"removed": removed})
-        mounts = [{"prefix": prefix, "to": to} for prefix, to in self.settings.mounts]
-        return httpx.Response(200, json=mounts)
-
-    def _state(self) -> dict[str, Any]:
+        """What ``GET /_qstash/state`` answers."""
         due = self.fake.next_due()
         return {
             "now": records.iso_time(self.fake.now),
@@ -454,7 +372,8 @@ class QStashServerApp:
             "data_dir": self.persistence.status(),
         }
 
-    async def _move(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def move(self, action: str, args: dict[str, Any]) -> list[Delivery]:
+        """A clock move (``verbs.CLOCK_MOVES``) and the deliveries it made."""
         if action != "tick" and self.settings.clock == "real":
             raise ControlError(
                 409,
@@ -463,8 +382,7 @@ class QStashServerApp:
             )
         made: list[Delivery]
         if self.settings.clock == "real":
-            made = await self._tick_real_clock()
-            return {"deliveries": [records.delivery(d) for d in made], **self._state()}
+            return await self._tick_real_clock()
         lock = self._require_lock()
         if lock.locked():
             # Waiting would deadlock an app that asks for time from inside a delivery.
@@ -473,15 +391,12 @@ class QStashServerApp:
             if action == "tick":
                 made = await self.fake.atick()
             elif action == "advance":
-                made = await self.fake.aadvance(_required(body, "by"))
+                made = await self.fake.aadvance(_required(args, "by"))
             elif action == "advance_to":
-                made = await self.fake.aadvance_to(_required(body, "to"))
+                made = await self.fake.aadvance_to(_required(args, "to"))
             else:
-                made = await self.fake.adrain(body.get("within", "30d"))
-        return {
-            "deliveries": [records.delivery(d) for d in made],
-            **self._state(),
-        }
+                made = await self.fake.adrain(args.get("within") or "30d")
+        return made
 
     async def _tick_real_clock(self) -> list[Delivery]:
         """A tick on the real clock: start what is due now and wait for those attempts (each
@@ -497,32 +412,32 @@ class QStashServerApp:
             if not task.cancelled() and task.exception() is None and (made := task.result())
         ]
 
-    async def _reset(self, body: dict[str, Any]) -> dict[str, Any]:
-        keep = keep_names(body.get("keep"))
-        plan = body.get("plan")
+    async def reset(self, args: dict[str, Any]) -> None:
+        """Start a fresh store (``POST /_qstash/reset``)."""
+        keep = keep_names(args.get("keep"))
+        plan = args.get("plan")
         if plan is not None:
             plan = plan_named(plan).name  # refused before anything is forgotten
         if self.settings.clock == "virtual":
             async with self._require_lock():  # after a tick/advance/drain under way
-                await self._replace_fake(body.get("start"), keep, plan)
+                await self._replace_fake(args.get("start"), keep, plan)
         else:  # deliveries under way are cut: a reset never waits for an endpoint
-            await self._replace_fake(body.get("start"), keep, plan)
-        return self._state()
+            await self._replace_fake(args.get("start"), keep, plan)
 
     async def _replace_fake(self, start: Any, keep: Any, plan: str | None) -> None:
         old, old_deliveries = self.fake, self._deliveries
         # Without a start, a virtual clock starts where a fresh server's does (its --start, or
         # now), not where the last test left it: tests sharing a server must not lean on the
         # order they run in.
-        fake = build_fake(self.settings, start, self._resets + 1, plan)
+        fake = build_fake(self.settings, start, self.resets + 1, plan)
         carry_over(old.store, fake.store, keep)
-        self._resets += 1
+        self.resets += 1
         self._install(fake)
         self.persistence.reset()
         await old_deliveries.cancel()
         old.stop()
         with contextlib.suppress(Exception):
-            old._sender.close()
+            old.sender.close()
 
     def _require_lock(self) -> asyncio.Lock:
         if self._lock is None:  # served without a lifespan (a bare ASGI server): start here

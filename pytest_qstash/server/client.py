@@ -3,7 +3,9 @@
 It speaks plain HTTP through the standard library (``urllib``), so a test's own httpx mocks
 (respx, pytest-httpx) and the in-process fake never see its calls. Its verbs and lists are the
 fixture's: ``tick()``, ``advance("10m")``, ``drain()``, ``messages``, ``deliveries``, ... with
-``filter``/``one``; items are ``Record``s with the same field names.
+``filter``/``one``; items are the in-process models themselves (``Message``, ``WorkflowRun``,
+...), read back from the server's JSON (``records``). The verbs are those the control API
+declares (``verbs.VERBS``); each method here is a typed door onto one of them.
 """
 
 from __future__ import annotations
@@ -15,12 +17,22 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 from ..durations import Duration
 from ..errors import QStashFakeError
 from ..query import Found
-from .records import LISTS, Record
+from ..state.flow_control import FlowKey
+from ..state.models import ApiCall, Delivery, DlqEntry, Event, Message, Waiter
+from ..state.queues import Queue
+from ..state.schedules import Schedule
+from ..state.url_groups import UrlGroup
+from ..state.workflow_dlq import WorkflowDlqEntry
+from ..state.workflows import WorkflowRun
+from . import records
+from .verbs import VERBS
+
+T = TypeVar("T")
 
 CONTROL_PREFIX = "/_qstash"
 
@@ -58,48 +70,44 @@ class Client:
     @property
     def now(self) -> datetime:
         """The server's clock."""
-        return _moment(self._call("GET", "state")["now"])
+        return _moment(self._verb("state")["now"])
 
     @property
     def clock(self) -> str:
         """``"virtual"`` or ``"real"``."""
-        return str(self._call("GET", "state")["clock"])
+        return str(self._verb("state")["clock"])
 
     @property
     def plan(self) -> str:
         """The QStash plan whose limits apply now (``serve --plan``, or the last reset's)."""
-        return str(self._call("GET", "state")["plan"])
+        return str(self._verb("state")["plan"])
 
     def next_due(self) -> datetime | None:
-        due = self._call("GET", "state")["next_due"]
+        due = self._verb("state")["next_due"]
         return None if due is None else _moment(due)
 
-    def tick(self) -> Found[Record]:
+    def tick(self) -> Found[Delivery]:
         """Deliver everything due now; returns the deliveries made."""
-        return self._move("tick", {})
+        return _deliveries(self._verb("tick"))
 
-    def advance(self, duration: Duration) -> Found[Record]:
+    def advance(self, duration: Duration) -> Found[Delivery]:
         """Move a virtual clock forward, delivering each message at its own time."""
         if isinstance(duration, timedelta):
             duration = duration.total_seconds()
-        return self._move("advance", {"by": duration})
+        return _deliveries(self._verb("advance", by=duration))
 
-    def advance_to(self, moment: datetime | str) -> Found[Record]:
+    def advance_to(self, moment: datetime | str) -> Found[Delivery]:
         if isinstance(moment, datetime):
             if moment.tzinfo is None:
                 moment = moment.replace(tzinfo=timezone.utc)
             moment = moment.isoformat()
-        return self._move("advance_to", {"to": moment})
+        return _deliveries(self._verb("advance_to", to=moment))
 
-    def drain(self, within: Duration = "30d") -> Found[Record]:
+    def drain(self, within: Duration = "30d") -> Found[Delivery]:
         """Deliver everything pending, each at its own time; the clock stops at the last."""
         if isinstance(within, timedelta):
             within = within.total_seconds()
-        return self._move("drain", {"within": within})
-
-    def _move(self, action: str, body: dict[str, Any]) -> Found[Record]:
-        answer = self._call("POST", action, body)
-        return Found((Record("delivery", d) for d in answer["deliveries"]), "delivery")
+        return _deliveries(self._verb("drain", within=within))
 
     def wait_until(
         self, condition: Callable[[Client], bool], timeout: float = 10.0, interval: float = 0.02
@@ -112,60 +120,68 @@ class Client:
                 raise TimeoutError(f"the condition did not hold within {timeout} s")
             time.sleep(interval)
 
-    # -- what a test reads ------------------------------------------------------------------
-    def _list(self, name: str) -> Found[Record]:
-        _, kind = LISTS[name]
-        return Found((Record(kind, item) for item in self._call("GET", name)), kind)
+    # -- what a test reads: the in-process models, read back from the server's JSON ---------
+    def _list(self, name: str, model: records.Model[T]) -> Found[T]:
+        return Found((model.read(item) for item in self._call("GET", name)), model.kind)
 
     @property
-    def messages(self) -> Found[Record]:
-        return self._list("messages")
+    def messages(self) -> Found[Message]:
+        return self._list("messages", records.MESSAGE)
 
     @property
-    def deliveries(self) -> Found[Record]:
-        return self._list("deliveries")
+    def deliveries(self) -> Found[Delivery]:
+        return self._list("deliveries", records.DELIVERY)
 
     @property
-    def dlq(self) -> Found[Record]:
-        return self._list("dlq")
+    def dlq(self) -> Found[DlqEntry]:
+        return self._list("dlq", records.DLQ_ENTRY)
 
     @property
-    def events(self) -> Found[Record]:
-        return self._list("events")
+    def events(self) -> Found[Event]:
+        return self._list("events", records.EVENT)
 
     @property
-    def schedules(self) -> Found[Record]:
-        return self._list("schedules")
+    def schedules(self) -> Found[Schedule]:
+        return self._list("schedules", records.SCHEDULE)
 
     @property
-    def queues(self) -> Found[Record]:
-        return self._list("queues")
+    def queues(self) -> Found[Queue]:
+        return self._list("queues", records.QUEUE)
 
     @property
-    def url_groups(self) -> Found[Record]:
-        return self._list("url_groups")
+    def url_groups(self) -> Found[UrlGroup]:
+        return self._list("url_groups", records.URL_GROUP)
 
     @property
-    def runs(self) -> Found[Record]:
-        return self._list("runs")
+    def runs(self) -> Found[WorkflowRun]:
+        """Upstash Workflow runs, in the order they started (``run.step(name)``,
+        ``run.steps``, ``run.failure_function_state``, ... as in-process)."""
+        return self._list("runs", records.RUN)
 
     @property
-    def flow_keys(self) -> Found[Record]:
-        """Flow-control keys: ``key``, ``parallelism``, ``rate``, ``period`` (seconds),
-        ``paused``, ``active`` (attempts in flight), ``waiting`` (messages waiting)."""
-        return self._list("flow_keys")
+    def flow_keys(self) -> Found[FlowKey]:
+        """Flow-control keys: ``key``, ``parallelism``, ``rate``, ``period_s``, ``paused``,
+        ``active`` (attempts in flight), ``waiting`` (the ids of the messages waiting) and
+        ``wait_list_size``, as ``FakeQStash.flow_keys``."""
+        return self._list("flow_keys", records.FLOW_KEY)
 
     @property
-    def workflow_dlq(self) -> Found[Record]:
+    def workflow_dlq(self) -> Found[WorkflowDlqEntry]:
         """The failed workflow runs (``dlq_id``, ``run_id``, ``labels``,
         ``failure_function_state``, ...), as ``FakeQStash.workflow_dlq``."""
-        return self._list("workflow_dlq")
+        return self._list("workflow_dlq", records.WORKFLOW_DLQ_ENTRY)
 
     @property
-    def waiters(self) -> Found[Record]:
+    def waiters(self) -> Found[Waiter]:
         """Workflow runs waiting for an event (``event_id``, ``run_id``, ``step_name``,
         ``deadline``), as ``FakeQStash.waiters``."""
-        return self._list("waiters")
+        return self._list("waiters", records.WAITER)
+
+    @property
+    def api_calls(self) -> Found[ApiCall]:
+        """The QStash API calls the server answered since its last reset (the newest
+        1,000), each with its answer, as ``FakeQStash.api_calls``."""
+        return self._list("api_calls", records.API_CALL)
 
     # -- steering ---------------------------------------------------------------------------
     def reset(
@@ -187,47 +203,45 @@ class Client:
         plan until the next reset (by default the server's ``--plan``)."""
         if isinstance(start, datetime):
             start = start.isoformat()
-        body: dict[str, Any] = {}
-        if start is not None:
-            body["start"] = start
+        kept: bool | list[str] | None
         if keep is True or keep is False:
-            body["keep"] = keep
+            kept = keep
         elif isinstance(keep, str):
-            body["keep"] = [keep]
-        elif keep:
-            body["keep"] = list(keep)
-        if plan is not None:
-            body["plan"] = plan
-        self._call("POST", "reset", body)
+            kept = [keep]
+        else:
+            kept = list(keep) or None
+        self._verb("reset", start=start, keep=kept, plan=plan)
 
-    def redeliver(self, message_id: str) -> Record:
+    def redeliver(self, message_id: str) -> Message:
         """Deliver a DELIVERED message once more, as QStash's at-least-once delivery sometimes
         does (same ``Upstash-Message-Id``, body and headers, a fresh signature): due now, so
         the next ``tick()`` (or, on a real clock, the server itself) delivers it. Tests that
         the app is idempotent. Returns the message; ``ServerError`` (400) for an unknown id
         or a message not DELIVERED."""
-        return Record("message", self._call("POST", "redeliver", {"message_id": message_id}))
+        return records.MESSAGE.read(self._verb("redeliver", message_id=message_id))
 
     def resume_run(
         self, dlq_id: str, *, retries: int | None = None, headers: dict[str, str] | None = None
-    ) -> Record:
+    ) -> WorkflowRun:
         """A failed workflow run resumed from its workflow DLQ entry, as
         ``FakeQStash.resume_run``: a new run going on from the step that failed."""
-        body = {"dlq_id": dlq_id, "retries": retries, "headers": headers}
-        return Record("run", self._call("POST", "resume_run", body))
+        return records.RUN.read(
+            self._verb("resume_run", dlq_id=dlq_id, retries=retries, headers=headers)
+        )
 
     def restart_run(
         self, dlq_id: str, *, retries: int | None = None, headers: dict[str, str] | None = None
-    ) -> Record:
+    ) -> WorkflowRun:
         """A failed workflow run started again from the beginning, as
         ``FakeQStash.restart_run``."""
-        body = {"dlq_id": dlq_id, "retries": retries, "headers": headers}
-        return Record("run", self._call("POST", "restart_run", body))
+        return records.RUN.read(
+            self._verb("restart_run", dlq_id=dlq_id, retries=retries, headers=headers)
+        )
 
-    def retry_failure_function(self, dlq_id: str) -> Record:
+    def retry_failure_function(self, dlq_id: str) -> WorkflowRun:
         """The failed run's failure function called again, as
         ``FakeQStash.retry_failure_function``."""
-        return Record("run", self._call("POST", "retry_failure_function", {"dlq_id": dlq_id}))
+        return records.RUN.read(self._verb("retry_failure_function", dlq_id=dlq_id))
 
     def mount(self, prefix: str, to: str) -> Mounted:
         """Send the server's outbound requests whose URL starts with ``prefix`` (deliveries,
@@ -235,28 +249,28 @@ class Client:
         of the path and query, as ``serve --mount`` does; records and signatures keep the
         original URL. It stays (a reset too) until ``unmount``; as a context manager, until
         the block ends. ``ServerError`` (400) for a prefix or target that is no http(s) URL."""
-        answer = self._call("POST", "mounts", {"prefix": prefix, "to": to})
+        answer = self._verb("mount", prefix=prefix, to=to)
         return Mounted(self, str(answer["prefix"]), str(answer["to"]))
 
     def unmount(self, prefix: str) -> bool:
         """Forget the outbound mount at ``prefix``; False when there was none."""
-        return bool(self._call("DELETE", "mounts", {"prefix": prefix})["removed"])
+        return bool(self._verb("unmount", prefix=prefix)["removed"])
 
     @property
     def mounts(self) -> dict[str, str]:
         """The outbound mounts: ``{prefix: to}``."""
-        return {m["prefix"]: m["to"] for m in self._call("GET", "mounts")}
+        return {m["prefix"]: m["to"] for m in self._verb("mounts")}
 
     def mark(self) -> dict[str, int]:
         """Where the server's histories stand now, for ``report(since=...)``."""
-        mark: dict[str, int] = self._call("GET", "mark")
+        mark: dict[str, int] = self._verb("mark")
         return mark
 
     def report(self, since: dict[str, int] | None = None) -> str | None:
         """The failure report of what the server saw since ``since`` (a ``mark()``; by
-        default since its last reset), as the ``qstash`` report section shows it; None when
-        it saw nothing."""
-        text = self._call("POST", "report", {} if since is None else {"since": since})["text"]
+        default since its last reset), as the ``qstash_server`` report section shows it;
+        None when it saw nothing."""
+        text = self._verb("report", since=since)["text"]
         return None if text is None else str(text)
 
     def fail_next(
@@ -269,12 +283,13 @@ class Client:
     ) -> dict[str, Any]:
         """Make the next ``times`` API calls matching ``endpoint`` fail, as
         ``FakeQStash.fail_next`` does (``kind``: error, burst, daily, network)."""
-        body = {"endpoint": endpoint, "status": status, "kind": kind, "times": times}
-        result: dict[str, Any] = self._call("POST", "fail_next", body)
+        result: dict[str, Any] = self._verb(
+            "fail_next", endpoint=endpoint, status=status, kind=kind, times=times
+        )
         return result
 
     def clear_faults(self) -> None:
-        self._call("POST", "clear_faults", {})
+        self._verb("clear_faults")
 
     def trigger(
         self,
@@ -284,20 +299,20 @@ class Client:
         *,
         run_id: str | None = None,
         retries: int | None = None,
+        failure_url: str | Literal[False] | None = None,
         label: str | None = None,
     ) -> str:
-        """Start an Upstash Workflow run at ``url``; returns its run id."""
-        answer = self._call(
-            "POST",
+        """Start an Upstash Workflow run at ``url``; returns its run id. The arguments are
+        ``FakeQStash.trigger``'s."""
+        answer = self._verb(
             "trigger",
-            {
-                "url": url,
-                "body": body,
-                "headers": headers,
-                "run_id": run_id,
-                "retries": retries,
-                "label": label,
-            },
+            url=url,
+            body=body,
+            headers=headers,
+            run_id=run_id,
+            retries=retries,
+            failure_url=failure_url,
+            label=label,
         )
         return str(answer["run_id"])
 
@@ -306,10 +321,22 @@ class Client:
     ) -> list[dict[str, Any]]:
         """Notify an event's waiters, or one run's (``run_id``), as ``FakeQStash.notify``;
         returns the ``NotifyResponse`` answers."""
-        answer: list[dict[str, Any]] = self._call(
-            "POST", "notify", {"event_id": event_id, "data": data, "run_id": run_id}
+        answer: list[dict[str, Any]] = self._verb(
+            "notify", event_id=event_id, data=data, run_id=run_id
         )
         return answer
+
+    def _verb(self, name: str, **args: Any) -> Any:
+        """Call the control verb ``name`` (``verbs.VERBS``) with these arguments, named by
+        their keys in the JSON body; one the table does not declare is refused here."""
+        __tracebackhide__ = True
+        verb = VERBS[name]
+        unknown = set(args) - {arg.name for arg in verb.args}
+        if unknown:
+            raise TypeError(f"the {name} verb takes no {', '.join(sorted(unknown))}")
+        if verb.method == "GET":
+            return self._call("GET", verb.route)
+        return self._call(verb.method, verb.route, {k: v for k, v in args.items() if v is not None})
 
     # -- HTTP -------------------------------------------------------------------------------
     def _call(self, method: str, action: str, body: dict[str, Any] | None = None) -> Any:
@@ -357,4 +384,8 @@ class Mounted:
 
 
 def _moment(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return records.read_time(text)
+
+
+def _deliveries(answer: Any) -> Found[Delivery]:
+    return Found((records.DELIVERY.read(d) for d in answer["deliveries"]), "delivery")

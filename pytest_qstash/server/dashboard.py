@@ -33,6 +33,7 @@ from .. import report
 from ..fake import FakeQStash
 from ..state.workflows import WorkflowRun
 from . import dashboard_links, dashboard_views, records
+from .verbs import VERBS, Verb
 
 DASHBOARD_PATH = "/_qstash/dashboard"
 #: The cookie's name, with the server's port: cookies do not tell ports apart, and two servers
@@ -104,19 +105,15 @@ class Dashboard:
         self._seen: dict[str, tuple[str, int]] = {}
         self._resets_seen = app.resets
         self._searched: dict[tuple[str, str], dict[str, bool]] = {}
+        # The control verbs with a button (``verbs.VERBS``), and one QStash API call.
         self._actions: dict[str, Callable[[dict[str, Any]], httpx.Request]] = {
-            "tick": lambda body: self._control_request("tick", {}),
-            "advance": lambda body: self._control_request("advance", {"by": _named(body, "by")}),
-            "advance_to": lambda body: self._control_request(
-                "advance_to", {"to": _named(body, "to")}
-            ),
-            "redeliver": lambda body: self._control_request(
-                "redeliver", {"message_id": _named(body, "message_id")}
-            ),
-            "retry_dlq": lambda body: self._api_request(
+            verb.name: self._verb_request(verb) for verb in VERBS.values() if verb.dashboard
+        }
+        self._actions.update(
+            retry_dlq=lambda body: self._api_request(
                 "POST", f"/v2/dlq/retry/{quote(_named(body, 'dlq_id'), safe='')}"
             ),
-        }
+        )
 
     async def handle(self, request: httpx.Request, rest: str) -> httpx.Response:
         """Answer a request for ``DASHBOARD_PATH + rest``."""
@@ -366,6 +363,18 @@ class Dashboard:
             action_path = inner.url.path.removeprefix("/_qstash/")
             return await self.app.control(inner, action_path)
         return self.app.api(inner)
+
+    def _verb_request(self, verb: Verb) -> Callable[[dict[str, Any]], httpx.Request]:
+        def request(body: dict[str, Any]) -> httpx.Request:
+            return self._control_request(
+                verb.name,
+                {
+                    arg.name: _named(body, arg.name) if arg.required else body.get(arg.name)
+                    for arg in verb.args
+                },
+            )
+
+        return request
 
     def _control_request(self, action: str, body: dict[str, Any]) -> httpx.Request:
         return httpx.Request(

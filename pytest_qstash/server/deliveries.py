@@ -68,15 +68,15 @@ class ServerDeliveries:
         catch_up: Callable[[], None] | None = None,
         on_end: Callable[[], None] | None = None,
     ) -> None:
-        self._dispatcher: Dispatcher = fake._dispatcher
+        self._dispatcher: Dispatcher = fake.dispatcher
         self._store = fake.store
-        self._sender = fake._sender
+        self._sender = fake.sender
         self.attempt_timeout_s = attempt_timeout_s
         self._catch_up = catch_up
         self._on_end = on_end
         #: Attempts in flight, in the order they started.
         self._flights: dict[asyncio.Task[Delivery | None], Job] = {}
-        fake._adeliver = self.run  # the fake's async moves deliver through here
+        fake.deliver_async_with(self.run)  # the fake's async moves deliver through here
 
     # -- virtual clock ----------------------------------------------------------------------
     async def run(self, until_ms: int) -> list[Delivery]:
@@ -92,7 +92,7 @@ class ServerDeliveries:
                     outcomes = await asyncio.gather(*(self._send(job) for job in started))
                 except BaseException:  # cancelled (a shutdown): these attempts did not happen
                     for job in reversed(started):
-                        dispatcher._abandon(job)
+                        dispatcher.abandon(job)
                     raise
                 for job, outcome in zip(started, outcomes, strict=True):
                     delivery = dispatcher.answered(job, outcome)
@@ -123,7 +123,7 @@ class ServerDeliveries:
         except BaseException:
             # The loop guard stopped a runaway cascade: what was started did not happen.
             for job in reversed(started):
-                dispatcher._abandon(job)
+                dispatcher.abandon(job)
             raise
         self._point_delivering(reversed(started))
         return started
@@ -155,7 +155,7 @@ class ServerDeliveries:
         try:
             outcome = await self._send(job)
         except asyncio.CancelledError:
-            self._dispatcher._abandon(job)  # a reset or shutdown: the attempt did not happen
+            self._dispatcher.abandon(job)  # a reset or shutdown: the attempt did not happen
             raise
         assert self._catch_up is not None
         self._catch_up()
@@ -213,7 +213,7 @@ class ServerDeliveries:
                 error = attempt_timeout_error(bound_s)
             return Outcome(None, httpx.Headers(), b"", error)
         except Unrouted as exc:
-            return self._dispatcher._unrouted(job, exc)
+            return self._dispatcher.unrouted(job, exc)
         except Exception as exc:  # our own failure: a failed attempt, never a stuck message
             _log.exception("delivering %s failed", job.message.message_id)
             return Outcome(None, httpx.Headers(), b"", f"{type(exc).__name__}: {exc}")

@@ -145,7 +145,7 @@ class Served(Protocol):
     def settings(self) -> Settings: ...
     @property
     def resets(self) -> int: ...
-    def act(self, request: httpx.Request, action: str) -> Coroutine[Any, Any, httpx.Response]:
+    def answer(self, request: httpx.Request, action: str) -> Coroutine[Any, Any, httpx.Response]:
         """A control action, answered without authentication or journaling."""
         ...
 
@@ -582,7 +582,7 @@ class DataDir(InMemory):
             _move_clock(fake, entry.at_ms)
         request = httpx.Request(entry.method, f"http://replay/_qstash/{entry.target}", content=body)
         # One its client was refused (a bad body, say) is refused again, changing nothing.
-        _run_now(app.act(request, entry.target))
+        _run_now(app.answer(request, entry.target))
 
     def _move_ids(self, ids: IdGenerator, drawn: int) -> None:
         """Put the id generator where it was before an entry was first handled: deliveries

@@ -1,165 +1,571 @@
-"""What the server's inspection endpoints answer: the fake's lists as JSON, and back.
+"""What the server's inspection endpoints answer, and how a client reads it back.
 
-The server turns each item a test reads (``Message``, ``Delivery``, ...) into a JSON object of
-the same field names; the client turns those objects into ``Record``s, whose attributes,
-``json()`` and ``filter``/``one`` lookups read as the in-process fixture's do. Times travel as
-ISO 8601 strings and come back as aware ``datetime``s; headers as ``[name, value]`` pairs and
-come back as ``httpx.Headers``.
+Each model a test reads (``Message``, ``Delivery``, ``WorkflowRun``, ...) has one ``Model``
+here: the list of its wire fields. The server renders an item with it, and the client reads
+the JSON back with the same ``Model`` into an instance of the in-process class itself, so a
+server's records have the fixture's fields and methods (``run.step(name)``,
+``run.failure_function_state``, ``message.json()``), computed by the same code.
+
+On the wire, times are ISO 8601 strings, headers ``[name, value]`` pairs, bodies text. Fields
+a model only derives (``delivery.ok``, ``run.labels``, ``run.steps``) are rendered too, for
+readers of the JSON that are not this client (curl, the dashboard); the client recomputes
+them. A model's ``left_out`` names the dataclass fields that do not travel, each for a reason
+said beside it; the tests check that every other field does.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
-from datetime import datetime
-from typing import Any
+import dataclasses
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta, timezone
+from typing import Any, Generic, TypeVar
 
 import httpx
 
 from ..state.flow_control import FlowKey
-from ..state.models import Delivery, DlqEntry, Event, Message, Waiter
+from ..state.invocations import Invoker
+from ..state.models import ApiCall, Delivery, DlqEntry, Event, FlowControl, Message, Waiter
+from ..state.options import MessageOptions
 from ..state.queues import Queue
-from ..state.schedules import Schedule
-from ..state.url_groups import UrlGroup
+from ..state.retry import RetryDelayExpression
+from ..state.run_settings import RunSettings
+from ..state.schedules import CronExpression, Schedule
+from ..state.url_groups import Endpoint, UrlGroup
 from ..state.workflow_dlq import WorkflowDlqEntry
-from ..state.workflows import WorkflowRun, WorkflowStep
+from ..state.workflows import StepGroup, WorkflowRun, WorkflowStep
 
-#: Fields sent as ISO 8601 strings, read back as datetimes.
-TIME_FIELDS = frozenset(
-    {
-        "at",
-        "created_at",
-        "updated_at",
-        "not_before",
-        "time",
-        "next_delivery_time",
-        "next_run",
-        "last_run",
-        "completed_at",
-        "resumes_at",
-        "deadline",
-    }
-)
-#: Fields sent as ``[name, value]`` pairs, read back as ``httpx.Headers``.
-HEADER_FIELDS = frozenset({"headers", "response_headers"})
+T = TypeVar("T")
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MS = timedelta(milliseconds=1)
 
 
 def iso_time(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat().replace("+00:00", "Z")
 
 
-def _headers(headers: httpx.Headers | None) -> list[list[str]] | None:
-    return None if headers is None else [[k, v] for k, v in headers.multi_items()]
+def read_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def delivery(item: Delivery) -> dict[str, Any]:
-    return {
-        "message_id": item.message_id,
-        "url": item.url,
-        "method": item.method,
-        "headers": _headers(item.headers),
-        "body": item.body,
-        "at": iso_time(item.at),
-        "retried": item.retried,
-        "status": item.status,
-        "ok": item.ok,
-        "response_headers": _headers(item.response_headers),
-        "response_body": item.response_body,
-        "error": item.error,
-    }
+# -- how one value travels ---------------------------------------------------------------------
+class Kind:
+    """A value's wire form: ``encode`` for the server, ``decode`` for the client. None travels
+    as null and comes back as None, whatever the kind."""
+
+    def encode(self, value: Any) -> Any:
+        return value
+
+    def decode(self, value: Any) -> Any:
+        return value
 
 
-def message(item: Message) -> dict[str, Any]:
-    return {
-        "message_id": item.message_id,
-        "url": item.url,
-        "method": item.method,
-        "headers": _headers(item.headers),
-        "body": item.body,
-        "content_type": item.content_type,
-        "state": item.state,
-        "retried": item.retried,
-        "max_retries": item.max_retries,
-        "not_before": iso_time(item.not_before),
-        "created_at": iso_time(item.created_at),
-        "queue": item.queue,
-        "url_group": item.url_group,
-        "endpoint_name": item.endpoint_name,
-        "schedule_id": item.schedule_id,
-        "label": item.label,
-        "labels": list(item.labels),  # split as the QStash API shows them, and as a run's are
-        "deduplication_id": item.deduplication_id,
-        "callback": item.callback,
-        "failure_callback": item.failure_callback,
-        "callback_for": item.callback_for,
-        "workflow_run_id": item.workflow_run_id,
-        "done": item.done,
-        "deliveries": [delivery(d) for d in item.deliveries],
-    }
+class _Plain(Kind):
+    pass
 
 
-def dlq_entry(item: DlqEntry) -> dict[str, Any]:
-    return {
-        "dlq_id": item.dlq_id,
-        "message_id": item.message_id,
-        "url": item.url,
-        "body": item.body,
-        "created_at": iso_time(item.created_at),
-        "response_status": item.response_status,
-        "response_headers": _headers(item.response_headers),
-        "response_body": item.response_body,
-        "retried": item.retried,
-        "error": item.error,
-        "workflow_run_id": item.workflow_run_id,
-    }
+class _Millis(Kind):
+    """Integer milliseconds since the epoch, as an ISO 8601 moment."""
+
+    def encode(self, value: Any) -> Any:
+        return iso_time(_EPOCH + value * _MS)
+
+    def decode(self, value: Any) -> Any:
+        return (read_time(value) - _EPOCH) // _MS
 
 
-def event(item: Event) -> dict[str, Any]:
-    return {
-        "message_id": item.message_id,
-        "state": item.state,
-        "time": iso_time(item.time),
-        "url": item.url,
-        "error": item.error,
-        "next_delivery_time": iso_time(item.next_delivery_time),
-        "response_status": item.response_status,
-        "response_body": item.response_body,
-    }
+class _Moment(Kind):
+    """A datetime (a derived field: rendered only)."""
+
+    def encode(self, value: Any) -> Any:
+        return iso_time(value)
 
 
-def schedule(item: Schedule) -> dict[str, Any]:
-    return {
-        "schedule_id": item.schedule_id,
-        "destination": item.destination,
-        "cron": item.cron,
-        "method": item.method,
-        "body": item.body,
-        "paused": item.paused,
-        "queue": item.queue,
-        "created_at": iso_time(item.created_at),
-        "next_run": iso_time(item.next_run),
-        "last_run": iso_time(item.last_run),
-        "error": item.error,
-    }
+class _Text(Kind):
+    """Bytes as text (what ``.body`` shows)."""
+
+    def encode(self, value: Any) -> Any:
+        return bytes(value).decode("utf-8", errors="replace")
+
+    def decode(self, value: Any) -> Any:
+        return str(value).encode()
 
 
-def queue(item: Queue) -> dict[str, Any]:
-    return {
-        "name": item.name,
-        "parallelism": item.parallelism,
-        "paused": item.paused,
-        "lag": item.lag,
-        "created_at": iso_time(item.created_at),
-    }
+class _Headers(Kind):
+    def encode(self, value: Any) -> Any:
+        return [[k, v] for k, v in value.multi_items()]
+
+    def decode(self, value: Any) -> Any:
+        # As bytes: a value beyond ASCII (UTF-8, as QStash forwards it) is kept.
+        return httpx.Headers([(str(k).encode(), str(v).encode()) for k, v in value])
 
 
-def url_group(item: UrlGroup) -> dict[str, Any]:
-    return {
-        "name": item.name,
-        "endpoints": [{"url": e.url, "name": e.name} for e in item.endpoints],
-        "created_at": iso_time(item.created_at),
-        "updated_at": iso_time(item.updated_at),
-    }
+class _Url(Kind):
+    def encode(self, value: Any) -> Any:
+        return str(value)
+
+    def decode(self, value: Any) -> Any:
+        return httpx.URL(value)
+
+
+class _Tuple(Kind):
+    def encode(self, value: Any) -> Any:
+        return list(value)
+
+    def decode(self, value: Any) -> Any:
+        return tuple(value)
+
+
+class _Keys(Kind):
+    """An insertion-ordered ``dict[str, None]`` (a set that keeps its order), as a list."""
+
+    def encode(self, value: Any) -> Any:
+        return list(value)
+
+    def decode(self, value: Any) -> Any:
+        return dict.fromkeys(value)
+
+
+class _Set(Kind):
+    def encode(self, value: Any) -> Any:
+        return sorted(value)
+
+    def decode(self, value: Any) -> Any:
+        return set(value)
+
+
+class _RetryDelay(Kind):
+    def encode(self, value: Any) -> Any:
+        return value.text
+
+    def decode(self, value: Any) -> Any:
+        return RetryDelayExpression(value)
+
+
+class _Cron(Kind):
+    def encode(self, value: Any) -> Any:
+        return value.text
+
+    def decode(self, value: Any) -> Any:
+        return CronExpression.parse(value)
+
+
+class _Outstanding(Kind):
+    """A flow-control key's limits in use: ``{(parallelism, rate, period): count}``."""
+
+    def encode(self, value: Any) -> Any:
+        return [[*limits, count] for limits, count in value.items()]
+
+    def decode(self, value: Any) -> Any:
+        return {(p, r, s): n for p, r, s, n in value}
+
+
+class ListOf(Kind):
+    def __init__(self, kind: Kind) -> None:
+        self.kind = kind
+
+    def encode(self, value: Any) -> Any:
+        return [None if v is None else self.kind.encode(v) for v in value]
+
+    def decode(self, value: Any) -> Any:
+        return [None if v is None else self.kind.decode(v) for v in value]
+
+
+class Nested(Kind):
+    def __init__(self, model: Model[Any]) -> None:
+        self.model = model
+
+    def encode(self, value: Any) -> Any:
+        return self.model.render(value)
+
+    def decode(self, value: Any) -> Any:
+        return self.model.read(value)
+
+
+PLAIN: Kind = _Plain()
+MILLIS: Kind = _Millis()
+MOMENT: Kind = _Moment()
+TEXT: Kind = _Text()
+HEADERS: Kind = _Headers()
+
+
+@dataclasses.dataclass(frozen=True)
+class Wire:
+    """One field on the wire: its JSON ``name``, the model field it comes from and goes back
+    into (``attr``, by default the same name), and its ``kind``."""
+
+    name: str
+    kind: Kind = PLAIN
+    attr: str = ""
+
+    @property
+    def field(self) -> str:
+        return self.attr or self.name
+
+
+@dataclasses.dataclass(frozen=True)
+class Derived:
+    """A field the server renders from a property (``read`` says how), not read back."""
+
+    name: str
+    kind: Kind = PLAIN
+    read: Callable[[Any], Any] | None = None
+
+
+class Model(Generic[T]):
+    """One model's wire form: renders an item to JSON and reads it back into the class."""
+
+    def __init__(
+        self,
+        cls: type[T],
+        kind: str,
+        fields: Iterable[Wire],
+        derived: Iterable[Derived] = (),
+        *,
+        left_out: Iterable[str] = (),
+        build: Callable[[dict[str, Any]], T] | None = None,
+        get: Callable[[T, str], Any] | None = None,
+        summary_leaves: Iterable[str] = (),
+    ) -> None:
+        self.cls = cls
+        self.kind = kind
+        self.fields = tuple(fields)
+        self.derived = tuple(derived)
+        self.left_out = frozenset(left_out)
+        self._build = build
+        self._get = get
+        #: Wire fields that grow with what the item holds (a run's messages, a queue's
+        #: members): a list's row (``summary``) goes without them.
+        self.summary_leaves = frozenset(summary_leaves)
+
+    def render(self, item: T, *, without: frozenset[str] = frozenset()) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for wire in self.fields:
+            if wire.name in without:
+                continue
+            if self._get is not None:
+                value = self._get(item, wire.field)
+            else:
+                value = getattr(item, wire.field)
+            out[wire.name] = None if value is None else wire.kind.encode(value)
+        for extra in self.derived:
+            value = extra.read(item) if extra.read is not None else getattr(item, extra.name)
+            out[extra.name] = None if value is None else extra.kind.encode(value)
+        return out
+
+    def summary(self, item: T) -> dict[str, Any]:
+        """The item's JSON without ``summary_leaves``: what a list shows, bounded whatever
+        the item holds. ``read`` cannot read it back."""
+        return self.render(item, without=self.summary_leaves)
+
+    def read(self, data: dict[str, Any]) -> T:
+        """An instance of the model from what ``render`` wrote; ``ValueError`` when the
+        JSON is not one (a server of another version, say)."""
+        try:
+            values = {
+                wire.field: None if data[wire.name] is None else wire.kind.decode(data[wire.name])
+                for wire in self.fields
+            }
+            if self._build is not None:
+                return self._build(values)
+            return self.cls(**values)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(
+                f"cannot read a {self.kind} from the server's answer ({type(exc).__name__}: "
+                f"{exc}); is the server the same pytest-qstash version as this client?"
+            ) from None
+
+
+# -- the models ---------------------------------------------------------------------------------
+FLOW_CONTROL = Model(
+    FlowControl,
+    "flow control",
+    [Wire("key"), Wire("parallelism"), Wire("rate"), Wire("period")],
+)
+
+DELIVERY = Model(
+    Delivery,
+    "delivery",
+    [
+        Wire("message_id"),
+        Wire("url"),
+        Wire("method"),
+        Wire("headers", HEADERS),
+        Wire("body", TEXT, "content"),
+        Wire("at", MILLIS, "at_ms"),
+        Wire("retried"),
+        Wire("status"),
+        Wire("response_headers", HEADERS),
+        Wire("response_body", TEXT, "response_content"),
+        Wire("error"),
+        Wire("kind"),
+        Wire("ended_at", MILLIS, "ended_ms"),
+    ],
+    [Derived("ok")],
+    # The app's exception object stays in the server: its text is in ``error``.
+    left_out=["exception"],
+)
+
+MESSAGE = Model(
+    Message,
+    "message",
+    [
+        Wire("message_id"),
+        Wire("url"),
+        Wire("method"),
+        Wire("headers", HEADERS),
+        Wire("body", TEXT, "content"),
+        Wire("created_at", MILLIS, "created_ms"),
+        Wire("not_before", MILLIS, "not_before_ms"),
+        Wire("max_retries"),
+        Wire("state"),
+        Wire("retried"),
+        Wire("queue"),
+        Wire("url_group"),
+        Wire("endpoint_name"),
+        Wire("schedule_id"),
+        Wire("label"),
+        Wire("deduplication_id"),
+        Wire("content_based_deduplication"),
+        Wire("retry_delay"),
+        Wire("timeout_ms"),
+        Wire("callback"),
+        Wire("failure_callback"),
+        Wire("callback_headers", HEADERS),
+        Wire("failure_callback_headers", HEADERS),
+        Wire("flow_control", Nested(FLOW_CONTROL)),
+        Wire("redact", _Tuple()),
+        Wire("caller_ip"),
+        Wire("callback_for"),
+        Wire("is_failure_callback"),
+        Wire("workflow_run_id"),
+        Wire("deliveries", ListOf(Nested(DELIVERY))),
+        Wire("cascade_depth"),
+        Wire("from_schedule"),
+        Wire("retried_from"),
+    ],
+    # ``labels``: split as the QStash API shows them, and as a run's are.
+    [Derived("content_type"), Derived("done"), Derived("labels", _Tuple())],
+)
+
+DLQ_ENTRY = Model(
+    DlqEntry,
+    "DLQ entry",
+    [
+        Wire("dlq_id"),
+        Wire("message", Nested(MESSAGE)),
+        Wire("created_at", MILLIS, "created_ms"),
+        Wire("response_status"),
+        Wire("response_headers", HEADERS),
+        Wire("response_body", TEXT, "response_content"),
+        Wire("error"),
+    ],
+    [
+        Derived("message_id"),
+        Derived("url"),
+        Derived("body"),
+        Derived("retried"),
+        Derived("workflow_run_id"),
+    ],
+)
+
+EVENT = Model(
+    Event,
+    "event",
+    [
+        Wire("message_id"),
+        Wire("state"),
+        Wire("time", MILLIS, "time_ms"),
+        Wire("url"),
+        Wire("error"),
+        Wire("next_delivery_time", MILLIS, "next_delivery_ms"),
+        Wire("response_status"),
+        Wire("response_headers", HEADERS),
+        Wire("response_body", TEXT, "response_content"),
+        Wire("message", Nested(MESSAGE)),
+    ],
+)
+
+MESSAGE_OPTIONS = Model(
+    MessageOptions,
+    "message options",
+    [
+        Wire("method"),
+        Wire("headers", HEADERS),
+        Wire("delay_ms"),
+        Wire("not_before_ms"),
+        Wire("retries"),
+        Wire("retry_delay", _RetryDelay()),
+        Wire("timeout_ms"),
+        Wire("callback"),
+        Wire("failure_callback"),
+        Wire("callback_headers", HEADERS),
+        Wire("failure_callback_headers", HEADERS),
+        Wire("deduplication_id"),
+        Wire("content_based_deduplication"),
+        Wire("label"),
+        Wire("redact", _Tuple()),
+        Wire("flow_control", Nested(FLOW_CONTROL)),
+        Wire("cron"),
+        Wire("schedule_id"),
+        Wire("queue"),
+        Wire("workflow_headers"),
+    ],
+)
+
+SCHEDULE = Model(
+    Schedule,
+    "schedule",
+    [
+        Wire("schedule_id"),
+        Wire("destination"),
+        Wire("cron", _Cron(), "expression"),
+        Wire("body", TEXT, "content"),
+        Wire("options", Nested(MESSAGE_OPTIONS)),
+        Wire("created_at", MILLIS, "created_ms"),
+        Wire("next_run", MILLIS, "next_ms"),
+        Wire("paused"),
+        Wire("queue"),
+        Wire("caller_ip"),
+        Wire("last_run", MILLIS, "last_ms"),
+        Wire("last_message_ids"),
+        Wire("error"),
+        Wire("generation"),
+    ],
+    [Derived("method")],
+    summary_leaves=["options", "last_message_ids"],
+)
+
+QUEUE = Model(
+    Queue,
+    "queue",
+    [
+        Wire("name"),
+        Wire("created_at", MILLIS, "created_ms"),
+        Wire("updated_at", MILLIS, "updated_ms"),
+        Wire("parallelism"),
+        Wire("paused"),
+        Wire("members", _Keys()),
+        Wire("parked", _Set()),
+    ],
+    [Derived("lag")],
+    summary_leaves=["members", "parked"],
+)
+
+ENDPOINT = Model(Endpoint, "endpoint", [Wire("url"), Wire("name")])
+
+URL_GROUP = Model(
+    UrlGroup,
+    "URL group",
+    [
+        Wire("name"),
+        Wire("created_at", MILLIS, "created_ms"),
+        Wire("updated_at", MILLIS, "updated_ms"),
+        Wire("endpoints", ListOf(Nested(ENDPOINT))),
+    ],
+)
+
+FLOW_KEY = Model(
+    FlowKey,
+    "flow-control key",
+    [
+        Wire("key"),
+        Wire("parallelism"),
+        Wire("rate"),
+        Wire("period", attr="period_s"),
+        Wire("paused"),
+        Wire("pinned_parallelism"),
+        Wire("pinned_rate"),
+        Wire("period_start", MILLIS, "period_start_ms"),
+        Wire("rate_count"),
+        Wire("active"),
+        Wire("waiting_messages", _Keys(), "waiting"),
+        Wire("wake_at", MILLIS, "wake_ms"),
+        Wire("outstanding", _Outstanding()),
+    ],
+    # ``waiting`` on the wire is the count (what curl and the dashboard show); the model's
+    # ``waiting`` is the ids, carried as ``waiting_messages``.
+    [Derived("waiting", read=lambda key: key.wait_list_size)],
+    summary_leaves=["waiting_messages", "outstanding"],
+)
+
+WAITER = Model(
+    Waiter,
+    "waiter",
+    [
+        Wire("event_id"),
+        Wire("run_id"),
+        Wire("url"),
+        Wire("headers"),
+        Wire("created_at", MILLIS, "created_ms"),
+        Wire("deadline", MILLIS, "deadline_ms"),
+        Wire("timeout_url"),
+        Wire("timeout_headers"),
+        Wire("timeout_body"),
+        Wire("step"),
+        Wire("waiter_id"),
+        Wire("generation"),
+    ],
+    [Derived("step_name"), Derived("step_type")],
+)
+
+API_CALL = Model(
+    ApiCall,
+    "API call",
+    [
+        Wire("method"),
+        Wire("path"),
+        Wire("url", _Url(), "request_url"),
+        Wire("headers", HEADERS),
+        Wire("body", TEXT, "content"),
+        Wire("at", MILLIS, "at_ms"),
+        Wire("status"),
+        Wire("response_headers", HEADERS),
+        Wire("response_body", TEXT, "response_content"),
+        Wire("error"),
+    ],
+    [Derived("ok")],
+)
+
+INVOKER = Model(
+    Invoker,
+    "invoker",
+    [
+        Wire("run_id"),
+        Wire("url"),
+        Wire("created_at", MILLIS, "created_ms"),
+        Wire("step"),
+        Wire("headers"),
+    ],
+)
+
+RUN_SETTINGS = Model(
+    RunSettings,
+    "run settings",
+    [
+        Wire("retries"),
+        Wire("retry_delay", _RetryDelay()),
+        Wire("timeout_ms"),
+        Wire("failure_callback"),
+        Wire("failure_callback_headers", HEADERS),
+        Wire("label"),
+        Wire("flow_control", Nested(FLOW_CONTROL)),
+        Wire("run_wide"),
+    ],
+)
+
+
+class _RunMessages(Kind):
+    """A run's messages with the call type each joined it under."""
+
+    def encode(self, value: Any) -> Any:
+        return [
+            {"call_type": call_type, "message": MESSAGE.render(message)}
+            for message, call_type in value
+        ]
+
+    def decode(self, value: Any) -> Any:
+        return [(MESSAGE.read(item["message"]), str(item["call_type"])) for item in value]
 
 
 def _step(item: WorkflowStep) -> dict[str, Any]:
@@ -177,138 +583,108 @@ def _step(item: WorkflowStep) -> dict[str, Any]:
     }
 
 
-def run(item: WorkflowRun) -> dict[str, Any]:
-    return {
-        "run_id": item.run_id,
-        "url": item.url,
-        "state": item.state,
-        "body": item.body,
-        "created_at": iso_time(item.created_at),
-        "completed_at": iso_time(item.completed_at),
-        "dlq_id": item.dlq_id,
-        "invoker_run_id": item.invoker.run_id if item.invoker is not None else None,
-        "labels": list(item.labels),
-        "resumed_from": item.resumed_from,
-        "refused": list(item.refused),
-        "steps": [_step(s) for s in item.steps],
-    }
+def _group(group: StepGroup) -> dict[str, Any]:
+    return {"type": group.type, "step_ids": [step.step_id for step in group.steps]}
 
 
-def flow_key(item: FlowKey) -> dict[str, Any]:
-    return {
-        "key": item.key,
-        "parallelism": item.parallelism,
-        "rate": item.rate,
-        "period": item.period_s,
-        "paused": item.paused,
-        "active": item.active,
-        "waiting": item.wait_list_size,
-    }
+def _build_run(values: dict[str, Any]) -> WorkflowRun:
+    messages = values.pop("_members")
+    run = WorkflowRun(**values)
+    for message, call_type in messages:
+        run.add_message(message, call_type)
+    return run
 
 
-def workflow_dlq_entry(item: WorkflowDlqEntry) -> dict[str, Any]:
-    return {
-        "dlq_id": item.dlq_id,
-        "run_id": item.run_id,
-        "workflow_url": item.workflow_url,
-        "url": item.url,
-        "body": item.body,
-        "created_at": iso_time(item.created_at),
-        "response_status": item.response_status,
-        "response_body": item.response_body,
-        "labels": list(item.labels),
-        "failure_callback": item.failure_callback,
-        "failure_function_state": item.failure_function_state,
-    }
+def _run_field(run: WorkflowRun, name: str) -> Any:
+    return run.typed_messages if name == "_members" else getattr(run, name)
 
 
-def waiter(item: Waiter) -> dict[str, Any]:
-    return {
-        "event_id": item.event_id,
-        "run_id": item.run_id,
-        "url": item.url,
-        "step_name": item.step_name,
-        "step_type": item.step_type,
-        "created_at": iso_time(item.created_at),
-        "deadline": iso_time(item.deadline),
-        "timeout_url": item.timeout_url,
-    }
+RUN = Model(
+    WorkflowRun,
+    "workflow run",
+    [
+        Wire("run_id"),
+        Wire("url"),
+        Wire("created_at", MILLIS, "created_ms"),
+        Wire("state"),
+        Wire("completed_at", MILLIS, "completed_ms"),
+        Wire("dlq_id"),
+        Wire("response"),
+        Wire("invoker", Nested(INVOKER)),
+        Wire("messages", _RunMessages(), "_members"),
+        Wire("settings", Nested(RUN_SETTINGS)),
+        Wire("resumed_from"),
+        Wire("carried"),
+        Wire("refused"),
+    ],
+    [
+        Derived("body"),
+        Derived("invoker_run_id", read=lambda run: run.invoker and run.invoker.run_id),
+        Derived("labels", _Tuple()),
+        Derived("label"),
+        Derived("flow_control_key"),
+        Derived("failure_function_state"),
+        Derived("steps", read=lambda run: [_step(step) for step in run.steps]),
+        Derived("step_groups", read=lambda run: [_group(group) for group in run.step_groups]),
+    ],
+    build=_build_run,
+    get=_run_field,
+    summary_leaves=["messages"],
+)
+
+WORKFLOW_DLQ_ENTRY = Model(
+    WorkflowDlqEntry,
+    "workflow DLQ entry",
+    [Wire("entry", Nested(DLQ_ENTRY)), Wire("run", Nested(RUN))],
+    [
+        Derived("dlq_id"),
+        Derived("run_id"),
+        Derived("workflow_url"),
+        Derived("url"),
+        Derived("body"),
+        Derived("created_at", MOMENT),
+        Derived("response_status"),
+        Derived("response_body"),
+        Derived("labels", _Tuple()),
+        Derived("failure_callback"),
+        Derived("failure_function_state"),
+    ],
+    summary_leaves=["entry", "run"],
+)
 
 
-#: Each inspection list: the fake's attribute, how one item is written, its kind's name.
-LISTS: dict[str, tuple[Callable[[Any], dict[str, Any]], str]] = {
-    "messages": (message, "message"),
-    "deliveries": (delivery, "delivery"),
-    "dlq": (dlq_entry, "DLQ entry"),
-    "events": (event, "event"),
-    "schedules": (schedule, "schedule"),
-    "queues": (queue, "queue"),
-    "url_groups": (url_group, "URL group"),
-    "runs": (run, "workflow run"),
-    "flow_keys": (flow_key, "flow-control key"),
-    "waiters": (waiter, "waiter"),
-    "workflow_dlq": (workflow_dlq_entry, "workflow DLQ entry"),
+#: Each inspection list, by the fixture's attribute that holds it: its item's model.
+MODELS: dict[str, Model[Any]] = {
+    "messages": MESSAGE,
+    "deliveries": DELIVERY,
+    "dlq": DLQ_ENTRY,
+    "events": EVENT,
+    "schedules": SCHEDULE,
+    "queues": QUEUE,
+    "url_groups": URL_GROUP,
+    "runs": RUN,
+    "flow_keys": FLOW_KEY,
+    "waiters": WAITER,
+    "workflow_dlq": WORKFLOW_DLQ_ENTRY,
+    "api_calls": API_CALL,
 }
 
+#: The state lists (what the dashboard shows): how one item is written, its kind's name. The
+#: API calls are served but not shown: each holds its caller's Authorization header.
+LISTS: dict[str, tuple[Callable[[Any], dict[str, Any]], str]] = {
+    name: (model.render, model.kind) for name, model in MODELS.items() if name != "api_calls"
+}
 
-class Record:
-    """One item of a server's inspection list, read like the fixture's: attributes named as
-    the in-process objects' (``delivery.status``, ``message.state``), ``json()`` of the body,
-    datetimes and ``httpx.Headers`` where those have them."""
-
-    __slots__ = ("_fields", "_kind")
-
-    def __init__(self, kind: str, fields: dict[str, Any]) -> None:
-        self._kind = kind
-        self._fields = {name: _read(name, value) for name, value in fields.items()}
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self._fields[name]
-        except KeyError:
-            raise AttributeError(
-                f"{self._kind} has no field {name!r}; it has: {', '.join(sorted(self._fields))}"
-            ) from None
-
-    def __dir__(self) -> list[str]:
-        return sorted({*self._fields, "json"})
-
-    def json(self) -> Any:
-        """The body, decoded as JSON."""
-        return json.loads(self._fields["body"])
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self._fields)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Record) and other._fields == self._fields
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        shown = [
-            f"{name}={self._fields[name]!r}"
-            for name in ("message_id", "dlq_id", "schedule_id", "run_id", "name", "url")
-            if self._fields.get(name) is not None
-        ]
-        for name in ("state", "status", "error"):
-            if self._fields.get(name) is not None:
-                shown.append(f"{name}={self._fields[name]!r}")
-        return f"<{self._kind} {' '.join(shown)}>"
-
-
-def _read(name: str, value: Any) -> Any:
-    if value is None:
-        return None
-    if name in TIME_FIELDS:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    if name in HEADER_FIELDS:
-        # As bytes: a value beyond ASCII (UTF-8, as QStash forwards it) is kept.
-        return httpx.Headers([(k.encode(), v.encode()) for k, v in value])
-    if name == "deliveries":
-        return [Record("delivery", d) for d in value]
-    if name == "steps":
-        return [Record("workflow step", s) for s in value]
-    if name == "endpoints":
-        return [Record("endpoint", e) for e in value]
-    return value
+#: Each model's summary by the name of what it renders: a row of a list (the dashboard's).
+delivery = DELIVERY.summary
+message = MESSAGE.summary
+dlq_entry = DLQ_ENTRY.summary
+event = EVENT.summary
+schedule = SCHEDULE.summary
+queue = QUEUE.summary
+url_group = URL_GROUP.summary
+run = RUN.summary
+flow_key = FLOW_KEY.summary
+waiter = WAITER.summary
+workflow_dlq_entry = WORKFLOW_DLQ_ENTRY.summary
+api_call = API_CALL.summary

@@ -18,6 +18,9 @@ from ..state.dlq import DeadLetters
 from ..state.rejections import RejectedCalls
 from ..state.store import Store
 
+#: What a test calls the server by: the verbs its report suggests are this fixture's.
+FIXTURE = "qstash_server"
+
 
 @dataclass(frozen=True)
 class Mark:
@@ -59,7 +62,9 @@ def since(store: Store, mark: Mark | None, generation: int) -> str | None:
     if mark is None or mark.generation != generation:
         mark = Mark(generation, 0, 0, 0, 0)
     view = _view(store, mark)
-    return report.section(view, len(store.deliveries) + store.deliveries.dropped - mark.deliveries)
+    return report.section(
+        view, len(store.deliveries) + store.deliveries.dropped - mark.deliveries, fixture=FIXTURE
+    )
 
 
 def _view(store: Store, mark: Mark) -> Store:

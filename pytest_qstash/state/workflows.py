@@ -206,6 +206,17 @@ class WorkflowRun:
         return [member.message for member in self._members]
 
     @property
+    def typed_messages(self) -> list[tuple[Message, str]]:
+        """Every message of the run with the call type it joined under (``step``,
+        ``toCallback``, ``fromCallback``, ``failureCall``), in publish order."""
+        return [(member.message, member.call_type) for member in self._members]
+
+    def add_message(self, message: Message, call_type: str) -> None:
+        """Append a message to the run's list, nothing else: how a copy of a run read back
+        from the server's JSON is built (the run table's ``adopt`` also indexes it)."""
+        self._members.append(RunMember(message, call_type, _entry_json(message, call_type)))
+
+    @property
     def body(self) -> str:
         """The run's initial payload, as the init message carried it."""
         return self._members[0].message.body if self._members else ""
