@@ -21,7 +21,7 @@ Figures, each timed in alternating rounds with what it is compared to, medians s
   after its publish, and how late each reached the app (its arrival by the wall clock beside
   the message's due time), p50 and p95 (``benchmarks/run.py`` judges the p95, budget 8).
 
-One budget: a publish to a server with ``--data-dir`` costs at most twice one to a server in
+One budget: a publish to a server with ``--data-dir`` costs at most 1.3 times one to a server in
 memory (the median of the per-round ratios; exit 1 when missed, ``--smoke`` judges nothing).
 The servers and the app are child processes on this machine, competing for its cores with this
 one. The other figures are informational here.
@@ -54,7 +54,7 @@ from pytest_qstash.server.pools import OriginPools  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 #: A publish journaled on disk against one in memory.
-PERSISTED_PUBLISH_BUDGET = 2.0
+PERSISTED_PUBLISH_BUDGET = 1.3
 
 
 def timed(run: Callable[[], None]) -> float:
@@ -283,7 +283,7 @@ def main() -> int:
     verdict = "ran" if args.smoke else ("PASS" if ratio <= PERSISTED_PUBLISH_BUDGET else "FAIL")
     print(
         f"publish_json, --data-dir vs in memory: {ratio:.2f}x "
-        f"(budget <= {PERSISTED_PUBLISH_BUDGET:.0f}x): {verdict}"
+        f"(budget <= {PERSISTED_PUBLISH_BUDGET:g}x): {verdict}"
     )
     return 1 if verdict == "FAIL" else 0
 

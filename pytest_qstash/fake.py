@@ -10,7 +10,7 @@ import re
 import sys
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -367,6 +367,31 @@ class FakeQStash:
             raise ValueError(f"cannot redeliver {message_id!r}: no message has this id")
         self.store.redeliver(message)
         return message
+
+    def saved_extras(self) -> dict[str, Any]:
+        """What the fake holds beside its store, clock and account (a server's data dir
+        keeps it): the API-call log, the DLQ entries read, the faults armed."""
+        return {
+            "api_calls": self._api_calls,
+            "dlq_read": self._dlq_read,
+            "faults": self._faults.faults,
+        }
+
+    def restore_extras(self, extras: Mapping[str, Any]) -> None:
+        """Put back what ``saved_extras`` gave (``ValueError`` for anything else)."""
+        calls, read, faults = extras.get("api_calls"), extras.get("dlq_read"), extras.get("faults")
+        if (
+            not isinstance(calls, deque)
+            or not all(isinstance(call, ApiCall) for call in calls)
+            or not isinstance(read, set)
+            or not all(isinstance(dlq_id, str) for dlq_id in read)
+            or not isinstance(faults, list)
+            or not all(isinstance(fault, Fault) for fault in faults)
+        ):
+            raise ValueError("not the fake's saved API calls, DLQ entries read and faults")
+        self._api_calls = deque(calls, maxlen=API_CALLS_KEPT)
+        self._dlq_read = read
+        self._faults.faults = faults
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         """Answer one QStash API request (what the interception calls); each is kept in

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import os
+import pickle
 import shutil
 import signal
 import socket
@@ -27,6 +28,7 @@ from qstash import QStash
 from qstash.message import FlowControl
 
 from pytest_qstash.server import ServerProcess, persistence
+from pytest_qstash.server import datadir_codec as codec
 from pytest_qstash.server.app import QStashServerApp, ServerSettings
 from pytest_qstash.server.persistence import DataDir, PersistenceError
 from pytest_qstash.state.ids import IdGenerator
@@ -106,30 +108,33 @@ def status_line(server: ServerProcess) -> str:
     return server.output
 
 
-def snapshot_covers(data_dir: Path, action: str) -> bool:
-    """Whether the snapshot in place has taken in every journaled ``action``: the journals
-    holding one are all covered by it (or deleted, being covered)."""
+def newest_journal(data_dir: Path) -> int:
+    """The generation of the journal taking entries now (the newest one)."""
+    return max(int(p.name.split("-")[1].split(".")[0]) for p in data_dir.glob("journal-*.sqlite"))
+
+
+def snapshot_covers(data_dir: Path, generation: int) -> bool:
+    """Whether the snapshot in place has taken in the journals up to ``generation`` (a
+    running server holds its journals exclusively: they are not read here)."""
+    covered = json.loads(saved(data_dir, "SELECT value FROM meta WHERE key = 'journal'")[0])
+    return bool(covered >= generation)
+
+
+def saved(data_dir: Path, query: str = "") -> list[Any]:
+    """The snapshot's cells ``query`` selects; by default every cell of every table."""
     db = sqlite3.connect(f"file:{data_dir / 'snapshot.sqlite'}?mode=ro", uri=True)
     try:
-        [(covered,)] = db.execute("SELECT journal FROM snapshot").fetchall()
+        if query:
+            return [cell for row in db.execute(query) for cell in row]
+        tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return [
+            cell
+            for table in tables
+            for row in db.execute(f'SELECT * FROM "{table}"')
+            for cell in row
+        ]
     finally:
         db.close()
-    for path in data_dir.glob("journal-*.sqlite"):
-        generation = int(path.name.split("-")[1].split(".")[0])
-        if generation <= covered:
-            continue
-        try:  # read-only: never create a journal the server deleted meanwhile
-            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
-            try:
-                query = "SELECT count(*) FROM journal WHERE target = ?"
-                [(held,)] = db.execute(query, (action,)).fetchall()
-            finally:
-                db.close()
-        except sqlite3.Error:
-            continue  # being created (no table yet) or deleted
-        if held:
-            return False
-    return True
 
 
 def everything(server: ServerProcess) -> dict[str, Any]:
@@ -206,12 +211,10 @@ def test_a_restart_keeps_the_state(tmp_path: Path, endpoint: Endpoint) -> None:
         server.reset()
         server.stop()
         assert sorted(p.name for p in tmp_path.iterdir()) == ["lock", "snapshot.sqlite"]
-        db = sqlite3.connect(tmp_path / "snapshot.sqlite")
-        [(saved,)] = db.execute("SELECT state FROM snapshot").fetchall()
-        db.close()
-        assert token.encode() in saved
-        assert again.message_id.encode() not in saved  # type: ignore[union-attr]
-        assert before["messages"][0]["message_id"].encode() not in saved
+        cells = "\n".join(str(cell) for cell in saved(tmp_path))
+        assert token in cells
+        assert again.message_id not in cells  # type: ignore[union-attr]
+        assert before["messages"][0]["message_id"] not in cells
     finally:
         server.stop()
 
@@ -277,9 +280,10 @@ def test_kill_9_under_load_loses_nothing_acknowledged(tmp_path: Path, endpoint: 
         # The snapshots taken while serving bound what a crash redelivers: once one has
         # caught up with the deliveries, a kill -9 makes none of them again.
         delivered = len(server.deliveries)
+        drained = newest_journal(tmp_path)  # the drain is journaled there
         deadline = time.monotonic() + 10
-        while not snapshot_covers(tmp_path, "drain") and time.monotonic() < deadline:
-            time.sleep(0.05)  # the drain is journaled, until a snapshot takes it in
+        while not snapshot_covers(tmp_path, drained) and time.monotonic() < deadline:
+            time.sleep(0.05)  # until a snapshot takes it in
         kill(server)
         server = restart(tmp_path, port)
         assert "0 journal entries replayed" in status_line(server)
@@ -337,7 +341,8 @@ def test_a_data_dir_of_another_clock_or_version_is_refused(tmp_path: Path) -> No
         QStashServerApp(ServerSettings("t", "k1", "k2", clock="virtual"), token_given)
 
     db = sqlite3.connect(tmp_path / "snapshot.sqlite")
-    db.execute("UPDATE snapshot SET layout = 'someotherlayout', version = '0.0.1'")
+    db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (str(persistence.SCHEMA + 1),))
+    db.execute("UPDATE meta SET value = '\"9.9.9\"' WHERE key = 'version'")
     db.commit()
     db.close()
     command = [sys.executable, "-m", "pytest_qstash", "serve", "--clock=virtual", "--port=0"]
@@ -345,8 +350,10 @@ def test_a_data_dir_of_another_clock_or_version_is_refused(tmp_path: Path) -> No
         [*command, "--data-dir", str(tmp_path)], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2
-    assert "was written by pytest-qstash 0.0.1" in done.stderr
-    assert "cannot read it safely" in done.stderr
+    newer = f"written by pytest-qstash 9.9.9 (data-dir schema {persistence.SCHEMA + 1})"
+    assert newer in done.stderr
+    assert f"(schema {persistence.SCHEMA}), which cannot read a newer schema" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_a_torn_journal_tail_loses_only_the_entry_it_tore(tmp_path: Path) -> None:
@@ -491,3 +498,401 @@ def test_without_fork_a_thread_writes_the_snapshot(
     assert restored == ids
     assert "3 messages" in described
     assert "0 journal entries replayed" in described
+
+
+# -- plain data: the same command line, retry delays, upgrades, privacy, hostile cells --------
+def _state_of(server: ServerProcess) -> dict[str, Any]:
+    auth = {"Authorization": f"Bearer {server.token}"}
+    return dict(httpx.get(f"{server.url}/_qstash/state", headers=auth, timeout=10).json())
+
+
+def _wait_for_snapshot(server: ServerProcess, data_dir: Path) -> None:
+    """Until a snapshot has taken in every request made so far."""
+    generation = newest_journal(data_dir)
+    deadline = time.monotonic() + 20
+    while not snapshot_covers(data_dir, generation) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert snapshot_covers(data_dir, generation)
+    assert _state_of(server)["data_dir"] == {"path": str(data_dir), "error": None}
+
+
+@pytest.mark.parametrize("stop", ["SIGTERM", "kill -9"])
+def test_the_same_command_line_restarts(tmp_path: Path, endpoint: Endpoint, stop: str) -> None:
+    """``--start``, the token and the signing keys given again as they were are accepted;
+    a different one is refused, naming it."""
+    given = [
+        "--token=token-of-the-team",
+        "--current-signing-key=sig_current_one",
+        "--next-signing-key=sig_next_one",
+    ]
+    start = "2026-03-01T00:00:00Z"
+
+    def same() -> ServerProcess:
+        return ServerProcess.start(start=start, args=["--data-dir", str(tmp_path), *given])
+
+    server = same()
+    try:
+        sdk = QStash(server.token, base_url=server.url, retry=False)
+        later = sdk.message.publish_json(url=f"{endpoint.url}/later", body={"n": 1}, delay="1h")
+        server.advance("10m")
+        before = everything(server)
+        kill(server) if stop == "kill -9" else server.stop()
+
+        server = same()
+        assert "restored: 1 message" in status_line(server)
+        assert everything(server) == before
+        assert server.messages.one(message_id=later.message_id).json() == {"n": 1}  # type: ignore[union-attr]
+        server.stop()
+        if stop == "kill -9":
+            return  # the refusals are the same either way
+
+        for option, refused in [
+            ("--start=2026-03-02T00:00:00Z", "whose clock goes on from where it stopped"),
+            ("--token=another-token", "another token than the one given"),
+            ("--next-signing-key=sig_other", "another next signing key"),
+        ]:
+            name = option.partition("=")[0]
+            args = [a for a in given if not a.startswith(name)] + [option]
+            with pytest.raises(RuntimeError, match=refused):
+                ServerProcess.start(
+                    start=start if name != "--start" else None,
+                    args=["--data-dir", str(tmp_path), *args],
+                )
+        server = same()  # and the same one still starts, with everything
+        assert everything(server) == before
+    finally:
+        server.stop()
+
+
+def test_a_failed_message_with_a_retry_delay_survives_a_clean_restart(
+    tmp_path: Path, endpoint: Endpoint
+) -> None:
+    """Its parsed expression is not saved, its text is: snapshots go on succeeding, a clean
+    stop is clean, the restart delivers nothing again, and the retries keep the expression's
+    schedule."""
+    server = serve(tmp_path)
+    try:
+        sdk = QStash(server.token, base_url=server.url, retry=False)
+        published = sdk.message.publish_json(
+            url=f"{endpoint.url}/fail", body={}, retries=2, retry_delay="5000 * (1 + retried)"
+        )
+        message_id = published.message_id  # type: ignore[union-attr]
+        [first] = server.tick()
+        assert first.status == 500
+        _wait_for_snapshot(server, tmp_path)
+        server.process.terminate()
+        server.process.wait(timeout=20)
+        log = server.output
+        assert "Traceback" not in log, log
+        assert "writing the state" not in log, log  # no failed write
+        assert "shutdown failed" not in log.lower(), log
+        server.stop()
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["lock", "snapshot.sqlite"]
+        delivered = [mid for mid, path in endpoint.received if path == "/fail"]
+        assert delivered.count(message_id) == 1
+
+        server = serve(tmp_path)
+        assert "0 journal entries replayed" in status_line(server)
+        assert server.tick() == []  # nothing redelivered
+        [retry] = server.advance("5s")
+        assert retry.message_id == message_id
+        assert (retry.at - first.at).total_seconds() == 5
+        assert server.advance("9s") == []
+        [last] = server.advance("1s")  # 10 s after the retry: 5000 * (1 + 1)
+        assert (last.at - retry.at).total_seconds() == 10
+        assert server.messages.one(message_id=message_id).state == "FAILED"
+        assert _state_of(server)["data_dir"]["error"] is None
+    finally:
+        server.stop()
+
+
+def test_an_upgrade_keeps_every_resource(tmp_path: Path, endpoint: Endpoint) -> None:
+    """A data dir written by another version (the package version it records bumped back;
+    nothing else of the code's is recorded) starts with all its state."""
+    server = serve(tmp_path, start="2026-06-01T00:00:00Z")
+    try:
+        sdk = QStash(server.token, base_url=server.url, retry=False)
+        sdk.message.publish_json(url=f"{endpoint.url}/later", body={"n": 1}, delay="3h")
+        sdk.schedule.create(destination=f"{endpoint.url}/cron", cron="0 0 1 1 *")
+        sdk.queue.upsert("emails", parallelism=2)
+        sdk.message.enqueue_json(queue="emails", url=f"{endpoint.url}/q", body={})
+        sdk.url_group.upsert_endpoints(url_group="team", endpoints=[{"url": f"{endpoint.url}/a"}])
+        sdk.message.publish_json(url=f"{endpoint.url}/fail", body={}, retries=0)
+        server.advance("1h")
+        before = everything(server)
+        assert len(before["dlq"]) == 1
+        server.stop()
+
+        db = sqlite3.connect(tmp_path / "snapshot.sqlite")
+        db.execute("UPDATE meta SET value = '\"0.0.1\"' WHERE key = 'version'")
+        db.commit()
+        db.close()
+        server = serve(tmp_path)
+        assert "restored: 3 messages, 1 schedule, 1 DLQ entry" in status_line(server)
+        assert everything(server) == before
+        assert before["state"]["now"].startswith("2026-06-01T01:00:00")
+    finally:
+        server.stop()
+
+
+def test_the_data_dir_and_its_files_are_private(tmp_path: Path) -> None:
+    data_dir = tmp_path / "state"
+    server = serve(data_dir)
+    try:
+        sdk = QStash(server.token, base_url=server.url, retry=False)
+        sdk.message.publish_json(url="https://example.com/x", body={}, delay="1d")
+        assert oct(data_dir.stat().st_mode & 0o777) == "0o700"
+        files = sorted(p.name for p in data_dir.iterdir())
+        assert any(name.endswith("-wal") for name in files), files  # the journal's, in use
+        for path in data_dir.iterdir():
+            assert oct(path.stat().st_mode & 0o777) == "0o600", path.name
+    finally:
+        server.stop()
+    for path in data_dir.iterdir():
+        assert oct(path.stat().st_mode & 0o777) == "0o600", path.name
+
+    data_dir.chmod(0o777)
+    with pytest.raises(RuntimeError, match="can be written by other users") as refused:
+        serve(data_dir)
+    assert "Traceback" not in str(refused.value)
+
+
+def test_an_older_schema_is_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A data dir of the schema before (hand-edited here: its messages name their label
+    ``tag``) is brought to the current one by its migration, then written in it."""
+    settings = ServerSettings("token-1", "sig_a", "sig_b", clock="virtual", start="2026-01-01")
+    auth = {"Authorization": "Bearer token-1", "Upstash-Label": "billing"}
+
+    async def write() -> str:
+        app = QStashServerApp(settings, DataDir(tmp_path))
+        app.startup()
+        app.persistence.started(app)
+        request = httpx.Request(
+            "POST", "http://127.0.0.1:1/v2/publish/https://example.com/x", headers=auth
+        )
+        message_id = str(json.loads(app.api(request).content)["messageId"])
+        await app.shutdown()
+        return message_id
+
+    message_id = asyncio.run(write())
+    db = sqlite3.connect(tmp_path / "snapshot.sqlite")
+    for n, text in db.execute("SELECT id, fields FROM messages").fetchall():
+        fields = json.loads(text)
+        fields["tag"] = fields.pop("label")
+        db.execute("UPDATE messages SET fields = ? WHERE id = ?", (json.dumps(fields), n))
+    db.commit()
+    db.close()
+
+    def rename_tag(document: dict[str, Any]) -> None:
+        for fields in document["kinds"]["messages"].values():
+            fields["label"] = fields.pop("tag")
+
+    monkeypatch.setattr(codec, "SCHEMA", codec.SCHEMA + 1)
+    monkeypatch.setattr(codec, "MIGRATIONS", {codec.SCHEMA - 1: rename_tag})
+
+    async def read() -> str | None:
+        app = QStashServerApp(settings, DataDir(tmp_path))
+        app.startup()
+        app.persistence.started(app)
+        label = app.fake.store.messages[message_id].label
+        await app.shutdown()
+        return label
+
+    assert asyncio.run(read()) == "billing"
+    assert saved(tmp_path, "SELECT value FROM meta WHERE key = 'schema'") == [str(codec.SCHEMA)]
+
+
+class _Touch:
+    """A pickle that, loaded, creates ``path``: what a hostile data dir would hold."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Path.touch, (self.path,))
+
+
+def test_pickled_cells_run_nothing(tmp_path: Path) -> None:
+    """Every cell of a data dir (its snapshot's and its journal's) replaced, one at a time,
+    by a pickle that would create a file: a start refuses the data dir (PersistenceError,
+    a clear sentence) or serves, with no 500; the file is never created."""
+    settings = ServerSettings("token-1", "sig_a", "sig_b", clock="virtual", start="2026-01-01")
+    auth = {"Authorization": "Bearer token-1"}
+
+    def publish(app: QStashServerApp, path: str, **headers: str) -> None:
+        request = httpx.Request(
+            "POST",
+            f"http://127.0.0.1:1/v2/publish/https://example.com/{path}",
+            headers={**auth, **headers},
+            content=b"{}",
+        )
+        assert app.api(request).status_code == 200
+
+    async def make() -> None:
+        app = QStashServerApp(settings, DataDir(tmp_path / "clean"))
+        app.startup()
+        app.persistence.started(app)
+        publish(app, "a", **{"Upstash-Retry-Delay": "1000", "Upstash-Delay": "1h"})
+        await app.shutdown()  # a snapshot
+        app = QStashServerApp(settings, DataDir(tmp_path / "clean"))
+        app.startup()
+        app.persistence.started(app)
+        publish(app, "b")  # in the journal only
+        shutil.copytree(
+            tmp_path / "clean", tmp_path / "base", ignore=shutil.ignore_patterns("lock")
+        )
+        await app.shutdown()
+
+    asyncio.run(make())
+    marker = tmp_path / "pwned"
+    payload = pickle.dumps(_Touch(marker))
+    cells: list[tuple[str, str, str, int]] = []
+    for db_path in sorted((tmp_path / "base").glob("*.sqlite")):
+        db = sqlite3.connect(db_path)
+        tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        for table in tables:
+            columns = [c[1] for c in db.execute(f'PRAGMA table_info("{table}")')]
+            for (rowid,) in db.execute(f'SELECT rowid FROM "{table}"').fetchall():
+                cells += [(db_path.name, table, column, rowid) for column in columns]
+        db.close()
+    assert len(cells) > 50
+
+    async def start(data_dir: Path) -> str:
+        try:
+            app = QStashServerApp(settings, DataDir(data_dir))
+        except PersistenceError as exc:
+            return "refused: " + str(exc)
+        app.startup()
+        app.persistence.started(app)
+        for name in (*LISTS, "state"):
+            answer = await app.control(
+                httpx.Request("GET", f"http://127.0.0.1:1/_qstash/{name}", headers=auth), name
+            )
+            assert answer.status_code == 200, (name, answer.content)
+        await app.shutdown()
+        return "served"
+
+    outcomes = set()
+    for n, (file, table, column, rowid) in enumerate(cells):
+        copy = tmp_path / f"copy-{n}"
+        shutil.copytree(tmp_path / "base", copy)
+        db = sqlite3.connect(copy / file)
+        try:
+            db.execute(f'UPDATE "{table}" SET "{column}" = ? WHERE rowid = ?', (payload, rowid))
+            db.commit()
+        except sqlite3.IntegrityError:  # an integer key: it holds nothing but its number
+            continue
+        finally:
+            db.close()
+        outcome = asyncio.run(start(copy))
+        assert "\n" not in outcome  # one sentence, no traceback
+        outcomes.add(outcome.partition(":")[0])
+        shutil.rmtree(copy)
+        assert not marker.exists(), (file, table, column)
+    assert outcomes == {"refused", "served"}
+
+    # A data dir of pytest-qstash 0.1 (a pickled snapshot) is refused, unread.
+    old = tmp_path / "old"
+    old.mkdir(mode=0o700)
+    db = sqlite3.connect(old / "snapshot.sqlite")
+    db.execute("CREATE TABLE snapshot (format, version, layout, journal, written_at, state)")
+    db.execute("INSERT INTO snapshot VALUES (1, '0.1.0', 'x', 0, 'then', ?)", (payload,))
+    db.commit()
+    db.close()
+    with pytest.raises(RuntimeError, match=r"written by pytest-qstash 0\.1, which kept the state"):
+        serve(old)
+    assert not marker.exists()
+
+
+def test_a_write_that_fails_is_said_once_and_tried_again_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(persistence, "FORK", False)
+    monkeypatch.setattr(persistence, "SNAPSHOT_EVERY_S", 0.0)
+    settings = ServerSettings("token-1", "sig_a", "sig_b", clock="virtual", start="2026-01-01")
+    auth = {"Authorization": "Bearer token-1"}
+    tries: list[int] = []
+    write = DataDir._write
+
+    def full_disk(self: DataDir, state: Any, covered: int) -> None:
+        tries.append(covered)
+        raise OSError(28, "No space left on device")
+
+    async def serve_on_a_full_disk() -> None:
+        app = QStashServerApp(settings, DataDir(tmp_path))
+        app.startup()
+        app.persistence.started(app)
+        data_dir = app.persistence
+        assert isinstance(data_dir, DataDir)
+
+        def step() -> None:
+            data_dir._step(app)
+            if data_dir._retiring is not None:
+                data_dir._retiring.join(timeout=30)
+
+        def publish() -> None:
+            request = httpx.Request(
+                "POST", "http://127.0.0.1:1/v2/publish/https://example.com/x", headers=auth
+            )
+            app.api(request)
+
+        async def state() -> dict[str, Any]:
+            get = httpx.Request("GET", "http://127.0.0.1:1/_qstash/state", headers=auth)
+            return dict(json.loads((await app.control(get, "state")).content))
+
+        monkeypatch.setattr(DataDir, "_write", full_disk)
+        for _ in range(5):
+            publish()
+            step()
+        assert len(tries) == 1  # not again before its back-off ends
+        assert "No space left on device" in (await state())["data_dir"]["error"]
+        data_dir._retry_at = 0.0  # the back-off is over
+        publish()
+        step()
+        assert len(tries) == 2
+        errors = [r for r in caplog.records if r.levelname == "ERROR"]
+        assert len(errors) == 1, errors  # said once
+        assert "No space left on device" in errors[0].getMessage()
+
+        monkeypatch.setattr(DataDir, "_write", write)
+        data_dir._retry_at = 0.0
+        step()
+        assert (await state())["data_dir"]["error"] is None
+        assert any("works again" in r.getMessage() for r in caplog.records)
+        await app.shutdown()
+
+    asyncio.run(serve_on_a_full_disk())
+
+
+def test_a_request_the_journal_cannot_take_is_not_acknowledged(tmp_path: Path) -> None:
+    """A client is answered 200 only for what is journaled: when the journal cannot take a
+    request, the answer is a 503 with the reason (not a 500, not a 200 a crash would lose)."""
+    settings = ServerSettings("token-1", "sig_a", "sig_b", clock="virtual", start="2026-01-01")
+    auth = {"Authorization": "Bearer token-1"}
+
+    async def serve_with_a_broken_journal() -> tuple[httpx.Response, httpx.Response, Any]:
+        app = QStashServerApp(settings, DataDir(tmp_path))
+        app.startup()
+        app.persistence.started(app)
+        data_dir = app.persistence
+        assert isinstance(data_dir, DataDir)
+        assert data_dir._journal is not None
+        data_dir._journal.close()  # what a vanished or unwritable file does
+        publish = httpx.Request(
+            "POST", "http://127.0.0.1:1/v2/publish/https://example.com/x", headers=auth
+        )
+        answer = app.api(publish)
+        advance = httpx.Request(
+            "POST", "http://127.0.0.1:1/_qstash/advance", headers=auth, content=b'{"by": "1s"}'
+        )
+        control = await app.control(advance, "advance")
+        status = data_dir.status()
+        await app.shutdown()
+        return answer, control, status
+
+    answer, control, status = asyncio.run(serve_with_a_broken_journal())
+    assert answer.status_code == 503
+    assert "could not record this request" in answer.json()["error"]
+    assert control.status_code == 503
+    assert status is not None
+    assert "journal write failed" in status["error"]

@@ -41,7 +41,7 @@ from ..state.provisioned import carry_over, keep_names
 from . import records, verbs
 from .dashboard import DASHBOARD_PATH, Dashboard
 from .deliveries import DEFAULT_ATTEMPT_TIMEOUT_S, ServerDeliveries
-from .persistence import InMemory, Persistence
+from .persistence import InMemory, Persistence, PersistenceError
 from .pools import OriginPools
 
 CONTROL_PREFIX = "/_qstash"
@@ -146,7 +146,9 @@ class QStashServerApp:
         self._pool: OriginPools | None = None
         self._install(build_fake(settings))
         self.persistence = persistence if persistence is not None else InMemory()
-        self.persistence.load(self)  # a data dir's state, in place of the new fake's
+        restored = self.persistence.load(self)  # a data dir's state, in place of the new fake's
+        if restored is not None:
+            self.settings, self.resets = restored.settings, restored.resets
         self._install(self.fake)  # with the settings the data dir kept
         self.dashboard = Dashboard(self)
 
@@ -260,8 +262,11 @@ class QStashServerApp:
         """Answer a QStash API request (the dashboard's buttons send theirs here too)."""
         if self.settings.clock == "real":
             self._catch_up_clock()  # a publish is stamped with the wall clock's now
-        with self.persistence.api_call(self, request):  # journaled before the answer goes out
-            response = self.fake.handle(request)
+        try:
+            with self.persistence.api_call(self, request):  # journaled before it is answered
+                response = self.fake.handle(request)
+        except PersistenceError as exc:  # not journaled: not acknowledged either
+            return httpx.Response(503, json={"error": str(exc)})
         self.wake_up()
         return response
 
@@ -296,8 +301,19 @@ class QStashServerApp:
         every refusal a 4xx ``{"error": ...}``."""
         try:
             self._authenticate(request)
+        except ControlError as exc:
+            return httpx.Response(exc.status, json={"error": exc.message})
+        try:
             with self.persistence.control(self, request, action):
-                return await self.act(request, action)
+                return await self.answer(request, action)
+        except PersistenceError as exc:
+            return httpx.Response(503, json={"error": str(exc)})
+
+    async def answer(self, request: httpx.Request, action: str) -> httpx.Response:
+        """A control action answered, every refusal a 4xx ``{"error": ...}`` (without
+        authentication or journaling: what a data dir's replay runs)."""
+        try:
+            return await self.act(request, action)
         except ControlError as exc:
             return httpx.Response(exc.status, json={"error": exc.message})
         except (ValueError, TypeError, OverflowError) as exc:
@@ -353,6 +369,7 @@ class QStashServerApp:
             "clock": self.settings.clock,
             "next_due": records.iso_time(due),
             "plan": self.fake.store.plan.name,
+            "data_dir": self.persistence.status(),
         }
 
     async def move(self, action: str, args: dict[str, Any]) -> list[Delivery]:

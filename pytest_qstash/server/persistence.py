@@ -1,10 +1,13 @@
-"""The server's state on disk (``serve --data-dir DIR``): a snapshot and a journal, in sqlite.
+"""The server's state on disk (``serve --data-dir DIR``): a snapshot and a journal, in sqlite,
+both plain data.
 
-- ``DIR/snapshot.sqlite`` holds the whole engine state as of one instant, pickled: the
-  ``Store`` and everything it owns (messages with their attempts, the log, schedules, queues,
-  URL groups, flow-control keys, the DLQ, workflow runs, the clock and its due events, the
-  credentials, the seeded id generator), the fake's API-call log and armed faults, and the
-  server's settings. Nothing lists the collections: whatever the store holds is saved.
+- ``DIR/snapshot.sqlite`` holds the whole engine state as of one instant: a ``meta`` table
+  (the data-dir schema, the version of pytest-qstash that wrote it, the server's settings),
+  ``roots`` (the store, the clock, the account, the fake's API-call log and faults), and one
+  table per kind of object (``messages``, ``events``, ``deliveries``, ``dlq``, ``schedules``,
+  ``queues``, ``url_groups``, ``workflow_runs``, ``due_events``, ...), a row per object, its
+  fields as JSON (``datadir_codec``). Reading it builds only the engine's own classes, by
+  setting their fields: nothing in it is executed.
 - ``DIR/journal-N.sqlite`` (WAL) holds every QStash API request and control action answered
   since, appended before its answer goes out, with the clock's time and the id generator's
   position. A restart loads the snapshot and replays the journal through the same handlers
@@ -13,12 +16,21 @@
 Deliveries are not journaled: those made after the last snapshot are made again after a
 crash (QStash is at-least-once). A clean stop writes a final snapshot and redelivers nothing.
 So a replayed control action runs to its end without waiting; one that delivers is a clock
-move (``QStashServerApp.CLOCK_MOVES``), replayed as the clock's move alone.
+move (``CLOCK_MOVES`` of the app), replayed as the clock's move alone.
 
 Snapshots are written by a forked child, which sees the memory of one instant (copy on
-write): the server does not stop for it, and the child's pickling and writing use another
-core. At most one child runs; the next waits at least ``SNAPSHOT_EVERY_S``. Where ``fork``
-does not exist (Windows), the state is pickled in the server and written by a thread.
+write): the server does not stop for it, and the child's encoding and writing use another
+core. At most one child runs; the next waits at least ``SNAPSHOT_EVERY_S``. A write that
+fails is logged once, shown in ``/_qstash/state`` (``data_dir.error``) and tried again later
+and later (``RETRY_MAX_S`` apart at most). Where ``fork`` does not exist (Windows), the state
+is encoded in the server and written by a thread.
+
+An upgrade keeps the state: the schema says what the data means, and an older schema is
+migrated (``datadir_codec.MIGRATIONS``). A newer one is refused, naming both.
+
+The directory is private (0700 when created here; one other users may write to is refused),
+and so are its files (0600): they hold the token, the signing keys and every request's
+headers.
 """
 
 from __future__ import annotations
@@ -26,27 +38,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import copyreg
 import dataclasses
 import gc
-import hashlib
 import importlib.metadata
-import io
 import json
 import logging
 import os
-import pickle
 import signal
 import sqlite3
+import stat
 import threading
 import time
-import traceback
-import warnings
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -55,18 +62,17 @@ from ..state.account import Account
 from ..state.clock import VirtualClock
 from ..state.ids import IdGenerator
 from ..state.store import Store
-
-if TYPE_CHECKING:
-    from ..fake import FakeQStash
-    from .app import QStashServerApp, ServerSettings
+from . import datadir_codec as codec
 
 _log = logging.getLogger("pytest_qstash.server")
 
-#: The layout of the files in a data dir; a change makes older data dirs an error.
-FORMAT = 1
+#: The data-dir layout this version writes (and reads, with older ones migrated).
+SCHEMA = codec.SCHEMA  # read from the codec where used (a test may move it)
 #: The shortest time between two snapshots (seconds), and the longest a change waits for one.
 SNAPSHOT_EVERY_S = 1.0
-#: Whether snapshots are written by a forked child (else: pickled here, written by a thread).
+#: The longest wait before a failed snapshot is tried again (seconds); it doubles up to this.
+RETRY_MAX_S = 60.0
+#: Whether snapshots are written by a forked child (else: encoded here, written by a thread).
 FORK = hasattr(os, "fork")
 #: How long a starting server waits for a data dir another process (a snapshot child of a
 #: killed server finishing its write) still holds.
@@ -86,95 +92,85 @@ CREATE TABLE IF NOT EXISTS journal (
     drawn INTEGER NOT NULL   -- the id generator's position before it was handled
 )
 """
+#: The settings a data dir keeps (the rest is the operator's choice at each start; the
+#: outbound mounts are kept, and those given at a start join them).
+_SETTINGS = ("token", "current_signing_key", "next_signing_key", "clock", "start", "seed", "plan")
 
 
 class PersistenceError(Exception):
     """A data dir that cannot be used: another version's, another server's, unreadable."""
 
 
-# -- what the state is ---------------------------------------------------------------------
-# The fake's infrastructure (the dispatcher, the sender, the interception) refers to these
-# three objects. They are saved by content and restored into the new fake's own objects, so
-# every reference (the infrastructure's and the state's own) stays one object.
-_ROOTS: dict[str, Callable[[FakeQStash], object]] = {
-    "store": lambda fake: fake.store,
-    "clock": lambda fake: fake.clock,
-    "account": lambda fake: fake.account,
-}
-_ROOT_TYPES: dict[type, str] = {Store: "store", VirtualClock: "clock", Account: "account"}
-_loading: dict[str, object] = {}
+# -- what persistence needs of the server (it imports neither the app nor the fake) ----------
+class Settings(Protocol):
+    """The server's settings (a frozen dataclass)."""
+
+    @property
+    def token(self) -> str: ...
+    @property
+    def current_signing_key(self) -> str: ...
+    @property
+    def next_signing_key(self) -> str: ...
+    @property
+    def clock(self) -> str: ...
+    @property
+    def start(self) -> str | None: ...
 
 
-def _root(name: str) -> object:
-    """Unpickling a reference to a root: the new fake's object of that name."""
-    return _loading[name]
+class Engine(Protocol):
+    """The fake a server serves."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def clock(self) -> VirtualClock: ...
+    @property
+    def account(self) -> Account: ...
+    def handle(self, request: httpx.Request) -> httpx.Response: ...
+    def saved_extras(self) -> dict[str, Any]: ...
+    def restore_extras(self, extras: Mapping[str, Any]) -> None: ...
 
 
-def _reduce_root(obj: object) -> tuple[Callable[[str], object], tuple[str]]:
-    return _root, (_ROOT_TYPES[type(obj)],)
+class Served(Protocol):
+    """The server app whose state is kept."""
+
+    @property
+    def CLOCK_MOVES(self) -> tuple[str, ...]:  # the app's class constant
+        """The control actions that move the clock (and deliver on the way)."""
+        ...
+
+    @property
+    def fake(self) -> Engine: ...
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def resets(self) -> int: ...
+    def answer(self, request: httpx.Request, action: str) -> Coroutine[Any, Any, httpx.Response]:
+        """A control action, answered without authentication or journaling."""
+        ...
 
 
-def _fake_extras(fake: FakeQStash) -> dict[str, Any]:
-    """What the fake itself holds beside the store: its API-call log (kept bounded), the DLQ
-    entries read, and the faults armed (their table's clock is the fake's)."""
-    return {
-        "api_calls": fake._api_calls,
-        "dlq_read": fake._dlq_read,
-        "faults": fake._faults.faults,
+@dataclass(frozen=True)
+class Restored:
+    """What a data dir gives back to the server beside the engine's state."""
+
+    settings: Any
+    resets: int
+
+
+def _roots(fake: Engine) -> dict[str, Any]:
+    # The fake's infrastructure (the dispatcher, the sender, the interception) refers to
+    # these: they are restored into the new fake's own objects, so every reference stays one.
+    store = fake.store
+    roots = {
+        "store": store,
+        "clock": fake.clock,
+        "account": fake.account,
+        "workflows": store.workflows,
     }
-
-
-def _restore_extras(fake: FakeQStash, extras: dict[str, Any]) -> None:
-    fake._api_calls = extras["api_calls"]
-    fake._dlq_read = extras["dlq_read"]
-    fake._faults.faults = extras["faults"]
-
-
-class _Pickler(pickle.Pickler):
-    dispatch_table = {**copyreg.dispatch_table, **dict.fromkeys(_ROOT_TYPES, _reduce_root)}
-
-
-class _CarefulPickler(pickle.Pickler):
-    """The fallback when the state holds something pickle refuses: an exception an endpoint's
-    transport raised, say. Such exceptions are kept as their type's name and message."""
-
-    def reducer_override(self, obj: Any) -> Any:
-        if type(obj) in _ROOT_TYPES:
-            return _reduce_root(obj)
-        if isinstance(obj, BaseException):
-            try:
-                pickle.dumps(obj)
-            except Exception:
-                return SavedError, (f"{type(obj).__name__}: {obj}",)
-        return NotImplemented
-
-
-class SavedError(Exception):
-    """An exception of a saved state that could not be saved as itself."""
-
-
-def _dumps(state: dict[str, Any]) -> bytes:
-    for pickler in (_Pickler, _CarefulPickler):
-        buffer = io.BytesIO()
-        try:
-            pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(state)
-        except (pickle.PicklingError, TypeError, AttributeError):
-            if pickler is _CarefulPickler:
-                raise
-            continue
-        return buffer.getvalue()
-    raise AssertionError("unreachable")
-
-
-def _layout() -> str:
-    """A fingerprint of the code that gives the saved bytes their meaning: the state's
-    modules and the versions of this package and httpx (whose headers and URLs it holds)."""
-    digest = hashlib.sha256(f"{FORMAT}|{_version()}|{httpx.__version__}".encode())
-    state_dir = Path(__file__).resolve().parent.parent / "state"
-    for source in sorted(state_dir.glob("*.py")):
-        digest.update(source.name.encode())
-        digest.update(source.read_bytes())
-    return digest.hexdigest()[:16]
+    if store.retention is not None:  # the clock calls it: restored into it too
+        roots["retention"] = store.retention
+    return roots
 
 
 def _version() -> str:
@@ -195,6 +191,21 @@ class Entry:
     body: bytes
     at_ms: int
     drawn: int
+
+    @classmethod
+    def read(cls, row: tuple[Any, ...]) -> Entry | None:
+        """The entry a row holds, or None when a cell has the wrong type (not written here)."""
+        if len(row) != 8:
+            return None
+        seq, kind, method, target, headers, body, at_ms, drawn = row
+        texts = (kind, method, target)
+        if not all(type(v) is int for v in (seq, at_ms, drawn)) or not all(
+            type(v) is str for v in texts
+        ):
+            return None
+        if not isinstance(headers, bytes) or not isinstance(body, bytes):
+            return None
+        return cls(seq, kind, method, target, headers, body, at_ms, drawn)
 
 
 def _header_block(headers: httpx.Headers) -> bytes:
@@ -219,7 +230,7 @@ class _Recording(contextlib.AbstractContextManager[None]):
     def __init__(
         self,
         data_dir: DataDir,
-        app: QStashServerApp,
+        app: Served,
         kind: str,
         method: str,
         target: str,
@@ -255,29 +266,33 @@ class InMemory:
     """No data dir: the state lives and dies with the process."""
 
     def api_call(
-        self, app: QStashServerApp, request: httpx.Request
+        self, app: Served, request: httpx.Request
     ) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
     def control(
-        self, app: QStashServerApp, request: httpx.Request, action: str
+        self, app: Served, request: httpx.Request, action: str
     ) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
-    def load(self, app: QStashServerApp) -> None:
+    def load(self, app: Served) -> Restored | None:
+        return None
+
+    def started(self, app: Served) -> None:
         pass
 
-    def started(self, app: QStashServerApp) -> None:
-        pass
-
-    async def stopped(self, app: QStashServerApp) -> None:
+    async def stopped(self, app: Served) -> None:
         pass
 
     def reset(self) -> None:
         pass
 
-    def describe(self, app: QStashServerApp) -> str:
+    def describe(self, app: Served) -> str:
         return "state in memory, lost when the server stops (--data-dir DIR keeps it)"
+
+    def status(self) -> dict[str, Any] | None:
+        """For ``/_qstash/state``: where the state is kept and whether writing it fails."""
+        return None
 
 
 #: What the app calls: ``InMemory``, or a ``DataDir`` (which is one).
@@ -289,51 +304,64 @@ Persistence = InMemory
 class _Snapshot:
     journal: int
     written_at: str
-    state: bytes
+    document: codec.Document
+    #: The settings the server had, as saved; how many resets it had.
+    settings: dict[str, Any]
+    resets: int
+    #: The schema it was written in (older ones are migrated, then written again).
+    schema: int
 
 
 class DataDir(InMemory):
     """A data dir in use: its lock held, a journal open, snapshots taken as the state changes.
 
     ``explicit`` names the settings the command line gave (``token``, the signing keys,
-    ``start``): a data dir that holds state keeps its own, and refuses others.
+    ``start``): a data dir that holds state keeps its own, and refuses different ones.
     """
 
     def __init__(self, path: str | os.PathLike[str], explicit: frozenset[str] = frozenset()):
         self.path = Path(path)
         self._explicit = explicit
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise PersistenceError(f"cannot use --data-dir {self.path}: {exc}") from None
+        _private_dir(self.path)
         self._lock = _lock(self.path)
-        self._layout = _layout()
+        began = time.monotonic()
         try:
             self._snapshot = self._read_snapshot()
         except BaseException:
             _unlock(self._lock)
             raise
         self._journal: sqlite3.Connection | None = None
-        self._generation = max(self._generations(), default=0)
+        # Journal generations go on from the snapshot's (its journals may all be gone).
+        covered = self._snapshot.journal if self._snapshot is not None else 0
+        self._generation = max(self._generations(), default=covered)
+        self._generation = max(self._generation, covered)
         self._seq = 0
         self._restored: str | None = None
         self._replayed = 0
         #: Journals written and closed to new entries, kept until a snapshot covers them.
         self._open: list[tuple[int, sqlite3.Connection]] = []
-        #: The child writing a snapshot: its pid, the journal generation it covers, its start.
-        self._child: tuple[int, int, float] | None = None
+        #: The child writing a snapshot: its pid, the journal generation it covers, its start,
+        #: and the pipe its error comes back on.
+        self._child: tuple[int, int, float, int] | None = None
         self._retiring: threading.Thread | None = None
         self._task: Any = None
         self._wake: Any = None
         self._last_mark: tuple[int, ...] = ()
         self._last_taken = 0.0
-        self._took = 0.0
+        #: How long the last snapshot took (the next waits at least as long); before the
+        #: first, how long reading one took.
+        self._took = time.monotonic() - began
+        self._began = began
+        #: Why the last write failed (None: it did not), failures in a row, the next try.
+        self.error: str | None = None
+        self._failures = 0
+        self._retry_at = 0.0
         #: Each id generator the replay met, as it was first seen (where a rewind goes).
         self._ids_base: dict[int, tuple[IdGenerator, IdGenerator]] = {}
 
     # -- the hooks ----------------------------------------------------------------------------
     def api_call(
-        self, app: QStashServerApp, request: httpx.Request
+        self, app: Served, request: httpx.Request
     ) -> contextlib.AbstractContextManager[None]:
         return _Recording(
             self,
@@ -346,7 +374,7 @@ class DataDir(InMemory):
         )
 
     def control(
-        self, app: QStashServerApp, request: httpx.Request, action: str
+        self, app: Served, request: httpx.Request, action: str
     ) -> contextlib.AbstractContextManager[None]:
         if request.method == "GET":
             return contextlib.nullcontext()  # reads change nothing
@@ -364,10 +392,15 @@ class DataDir(InMemory):
     ) -> None:
         assert self._journal is not None, "the journal opens when the server starts"
         self._seq += 1
-        self._journal.execute(
-            "INSERT INTO journal VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (self._seq, kind, method, target, headers, body, at_ms, drawn),
-        )
+        try:
+            self._journal.execute(
+                "INSERT INTO journal VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (self._seq, kind, method, target, headers, body, at_ms, drawn),
+            )
+        except sqlite3.Error as exc:
+            # Its client gets no answer (an error): only what is journaled is acknowledged.
+            self._failed(f"journal write failed: {exc}")
+            raise PersistenceError(f"the data dir could not record this request: {exc}") from None
 
     def reset(self) -> None:
         """A reset: the next snapshot as soon as one may be taken (snapshots stay a second
@@ -376,60 +409,69 @@ class DataDir(InMemory):
         if self._wake is not None:
             self._wake.set()
 
+    def status(self) -> dict[str, Any] | None:
+        return {"path": str(self.path), "error": self.error}
+
     # -- start ----------------------------------------------------------------------------------
-    def load(self, app: QStashServerApp) -> None:
-        """Before the server binds: the snapshot's state into ``app`` (refusing settings that
-        contradict it); the journal is replayed once the event loop runs (``started``)."""
+    def load(self, app: Served) -> Restored | None:
+        """Before the server binds: the snapshot's state into ``app``'s fake (refusing
+        settings that contradict it), and the settings and resets to serve with; the journal
+        is replayed once the event loop runs (``started``)."""
         try:
-            self._load(app)
+            return self._load(app)
         except BaseException:
             _unlock(self._lock)  # refused: the data dir is free for another start
             raise
 
-    def _load(self, app: QStashServerApp) -> None:
+    def _load(self, app: Served) -> Restored | None:
         snapshot = self._snapshot
         if snapshot is None:
-            return
-        try:
-            _loading.update((name, get(app.fake)) for name, get in _ROOTS.items())
-            try:
-                state = pickle.loads(snapshot.state)
-            finally:
-                _loading.clear()
-        except Exception as exc:
-            raise PersistenceError(
-                f"cannot read the state in {self.path / _SNAPSHOT}: {type(exc).__name__}: {exc}"
-            ) from None
-        app.settings = self._settings(state["settings"], app.settings)
-        app.resets = state["resets"]
+            return None
+        settings = self._settings(snapshot.settings, app.settings)
         fake = app.fake
-        for name, get in _ROOTS.items():
-            target = get(fake)
-            target.__dict__.clear()
-            target.__dict__.update(state["roots"][name])
-        _restore_extras(fake, state["fake"])
+        try:
+            roots = codec.decode(snapshot.document, _roots(fake), frozenset({"retention"}))
+            extras = roots.get("extras")
+            if not isinstance(extras, dict):
+                raise codec.CodecError("the saved state has no fake's extras")
+            fake.restore_extras(extras)
+        except (codec.CodecError, ValueError) as exc:
+            raise PersistenceError(
+                f"cannot read the state in {self.path / _SNAPSHOT}: {exc}. Use another "
+                "--data-dir, or delete this one to start empty"
+            ) from None
         # An attempt whose app was being called as the snapshot was taken never finished
         # (its answer came after, or never): it is due again, as an abandoned call is.
         for attempt in list(fake.store.in_flight.values()):
             if attempt.ends_ms is None:
                 fake.store.requeue(attempt)
         self._restored = snapshot.written_at
+        self._took = time.monotonic() - self._began  # reading and decoding it, all told
+        return Restored(settings, snapshot.resets)
 
-    def _settings(self, stored: ServerSettings, given: ServerSettings) -> ServerSettings:
+    def _settings(self, stored: dict[str, Any], given: Any) -> Any:
         where = f"--data-dir {self.path}"
-        if given.clock != stored.clock:
+        fields = {f.name: f for f in dataclasses.fields(given)}
+        kept: dict[str, Any] = {}
+        for name in _SETTINGS:
+            value = stored.get(name)
+            if name in fields and (value is None or type(value) in (str, int)):
+                kept[name] = value
+        clock = kept.get("clock", given.clock)
+        if given.clock != clock:
             raise PersistenceError(
-                f"{where} holds the state of a server on a {stored.clock} clock: start it with "
-                f"--clock {stored.clock}, or use another --data-dir for a {given.clock} clock"
+                f"{where} holds the state of a server on a {clock} clock: start it with "
+                f"--clock {clock}, or use another --data-dir for a {given.clock} clock"
             )
-        if "start" in self._explicit:
+        if "start" in self._explicit and given.start != stored.get("start"):
             raise PersistenceError(
                 f"--start sets where a new server's clock starts; {where} holds a server "
-                "whose clock goes on from where it stopped (leave --start out, or use another "
+                f"started with --start {stored.get('start') or '(none)'}, whose clock goes on "
+                "from where it stopped (leave --start out, give that one, or use another "
                 "--data-dir)"
             )
         for name in ("token", "current_signing_key", "next_signing_key"):
-            if name in self._explicit and getattr(given, name) != getattr(stored, name):
+            if name in self._explicit and getattr(given, name) != kept.get(name):
                 option = "--" + name.replace("_", "-")
                 raise PersistenceError(
                     f"{where} holds a server with another {name.replace('_', ' ')} than the "
@@ -439,31 +481,39 @@ class DataDir(InMemory):
         # How long one attempt may take, and the region deliveries are marked with, are the
         # operator's choice at each start, not state; mounts given at this start join the
         # stored ones.
-        return dataclasses.replace(
-            stored,
-            attempt_timeout=given.attempt_timeout,
-            region=given.region,
-            mounts=merge_redirects(stored.mounts, given.mounts),
-        )
+        if "mounts" in fields:
+            kept["mounts"] = merge_redirects(_redirects(stored.get("mounts")), given.mounts)
+        return dataclasses.replace(given, **kept)
 
-    def started(self, app: QStashServerApp) -> None:
-        """On the server's event loop, before it serves: replay the journal, write a snapshot
-        of the result (the journals then go), open a new journal, start the snapshots."""
+    def started(self, app: Served) -> None:
+        """On the server's event loop, before it serves: replay the journal, open a new
+        journal, start the snapshots (the first one as soon as they may be taken when the
+        replay changed anything or the snapshot was of an older schema)."""
         replayed = 0
         covered = self._snapshot.journal if self._snapshot is not None else 0
         for generation in sorted(self._generations()):
             if generation > covered:
                 replayed += self._replay(app, self._journal_path(generation))
-        self._write(_dumps(self._state(app)), self._generation)
-        self._retirement(self._generation)()
+        # Journals the snapshot covers (a deletion a crash cut short) go now.
+        self._retirement(covered)()
         self._replayed = replayed
+        if self._snapshot is None:
+            # A new data dir: its first snapshot (an empty state, quickly written) before any
+            # journal entry, so a crash at any point finds the settings the journal needs.
+            self._write(self._state(app), self._generation)
+        stale = bool(replayed) or (
+            self._snapshot is not None and self._snapshot.schema != codec.SCHEMA
+        )
+        self._snapshot = None  # its document is in the engine now: not kept twice
         self._open_journal()
-        self._last_mark = self._mark(app)
+        # A stale snapshot is replaced soon, not at once: the journals keep what it lacks,
+        # and a server just started has its clients' first requests to answer.
+        self._last_mark = () if stale else self._mark(app)
         self._last_taken = time.monotonic()
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._snapshots(app))
 
-    def _replay(self, app: QStashServerApp, path: Path) -> int:
+    def _replay(self, app: Served, path: Path) -> int:
         try:
             # Read-write: after a crash sqlite recovers the WAL (a torn tail is dropped there).
             db = sqlite3.connect(path)
@@ -475,21 +525,29 @@ class DataDir(InMemory):
             # Unreadable as a whole (what a crash does not do: sqlite drops a torn tail).
             _log.error("journal %s cannot be read (%s); its entries are lost", path, exc)
             return 0
+        skipped = 0
         for row in rows:
-            entry = Entry(*row)
+            entry = Entry.read(row)
+            if entry is None:
+                skipped += 1
+                continue
             self._seq = max(self._seq, entry.seq)
             try:
                 self._apply(app, entry)
-            except Exception:
-                _log.exception(
-                    "journal entry %d (%s %s) could not be replayed; skipped",
+            except Exception as exc:
+                _log.error(
+                    "journal entry %d (%s %s) could not be replayed (%s: %s); skipped",
                     entry.seq,
                     entry.method,
-                    entry.target,
+                    entry.target[:200],
+                    type(exc).__name__,
+                    exc,
                 )
-        return len(rows)
+        if skipped:
+            _log.error("%s: %d entries that this server did not write were skipped", path, skipped)
+        return len(rows) - skipped
 
-    def _apply(self, app: QStashServerApp, entry: Entry) -> None:
+    def _apply(self, app: Served, entry: Entry) -> None:
         fake = app.fake
         if entry.kind == "control" and entry.target in app.CLOCK_MOVES:
             # Its deliveries are not replayed (they are made again): the clock moves to where
@@ -508,20 +566,23 @@ class DataDir(InMemory):
             with contextlib.suppress(httpx.TransportError):  # an injected network fault
                 fake.handle(request)
             return
+        if entry.kind != "control":
+            raise ValueError(f"unknown kind of entry {entry.kind[:40]!r}")
         body = entry.body
         if entry.target == "reset":
             # A reset picks its clock's start from the wall clock: replay it at the same one.
-            fields = json.loads(body) if body.strip() else {}
-            fields.setdefault("start", entry.at_ms / 1000)
-            body = json.dumps(fields).encode()
+            try:
+                fields = json.loads(body) if body.strip() else {}
+            except ValueError:
+                fields = None
+            if isinstance(fields, dict):
+                fields.setdefault("start", entry.at_ms / 1000)
+                body = json.dumps(fields).encode()
         else:
             _move_clock(fake, entry.at_ms)
         request = httpx.Request(entry.method, f"http://replay/_qstash/{entry.target}", content=body)
-        from .app import ControlError
-
         # One its client was refused (a bad body, say) is refused again, changing nothing.
-        with contextlib.suppress(ControlError, ValueError, TypeError):
-            _run_now(app.act(request, entry.target))
+        _run_now(app.answer(request, entry.target))
 
     def _move_ids(self, ids: IdGenerator, drawn: int) -> None:
         """Put the id generator where it was before an entry was first handled: deliveries
@@ -539,22 +600,13 @@ class DataDir(InMemory):
         ids.skip(drawn - ids.drawn)
 
     # -- snapshots ------------------------------------------------------------------------------
-    def _state(self, app: QStashServerApp) -> dict[str, Any]:
-        fake = app.fake
-        return {
-            "settings": app.settings,
-            "resets": app.resets,
-            "roots": {name: vars(get(fake)) for name, get in _ROOTS.items()},
-            "fake": _fake_extras(fake),
-        }
-
-    def _mark(self, app: QStashServerApp) -> tuple[int, ...]:
+    def _mark(self, app: Served) -> tuple[int, ...]:
         """Changes since the last snapshot show here: journal entries, ids drawn (every
         delivery signs with a fresh one), log lines (every transition), a reset's new fake."""
         store = app.fake.store
         return (self._seq, store.ids.drawn, len(store.events), id(app.fake))
 
-    async def _snapshots(self, app: QStashServerApp) -> None:
+    async def _snapshots(self, app: Served) -> None:
         assert self._wake is not None
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
@@ -562,16 +614,16 @@ class DataDir(InMemory):
             self._wake.clear()
             try:
                 self._step(app)
-            except Exception:
-                _log.exception("a snapshot to %s failed; the journal keeps it all", self.path)
+            except Exception as exc:
+                self._failed(f"{type(exc).__name__}: {exc}")
 
-    def _step(self, app: QStashServerApp) -> None:
+    def _step(self, app: Served) -> None:
         if self._child is not None and not self._child_done():
             return
         if self._retiring is not None and self._retiring.is_alive():
             return  # no fork while a thread is inside sqlite
         now = time.monotonic()
-        if now - self._last_taken < max(SNAPSHOT_EVERY_S, self._took):
+        if now - self._last_taken < max(SNAPSHOT_EVERY_S, self._took) or now < self._retry_at:
             return
         mark = self._mark(app)
         if mark == self._last_mark:
@@ -581,78 +633,126 @@ class DataDir(InMemory):
         self._last_mark, self._last_taken = mark, now
         self._take(app, covered)
 
-    def _take(self, app: QStashServerApp, covered: int) -> None:
+    def _failed(self, why: str) -> None:
+        """A write failed: said once (until one succeeds), tried again later and later."""
+        self._failures += 1
+        self._retry_at = time.monotonic() + min(RETRY_MAX_S, 2.0**self._failures)
+        self._last_mark = ()  # the state is not on disk: the next try writes it
+        if self.error is None:
+            _log.error(
+                "writing the state to %s failed (%s); the server goes on in memory and "
+                "tries again later (the dashboard and /_qstash/state show it until it works)",
+                self.path,
+                why,
+            )
+        self.error = why
+
+    def _succeeded(self) -> None:
+        if self.error is not None:
+            _log.warning("writing the state to %s works again", self.path)
+        self.error, self._failures, self._retry_at = None, 0, 0.0
+
+    def _state(self, app: Served) -> tuple[dict[str, Any], dict[str, list[tuple[int, str]]]]:
+        fake = app.fake
+        roots = {**_roots(fake), "extras": fake.saved_extras()}
+        values, rows = codec.encode(roots)
+        settings = app.settings
+        kept = {name: getattr(settings, name, None) for name in _SETTINGS}
+        kept["mounts"] = [list(pair) for pair in getattr(settings, "mounts", ())]
+        meta = {
+            "settings": kept,
+            "resets": app.resets,
+        }
+        return {"roots": values, "meta": meta}, rows
+
+    def _take(self, app: Served, covered: int) -> None:
         if not FORK:
-            blob = _dumps(self._state(app))  # no fork: pickled here, written by a thread
+            state = self._state(app)  # no fork: encoded here, written by a thread
             retire = self._retirement(covered)
 
             def write_then_retire() -> None:
-                self._write(blob, covered)
+                try:
+                    self._write(state, covered)
+                except Exception as exc:
+                    self._failed(f"{type(exc).__name__}: {exc}")
+                    return
+                self._succeeded()
                 retire()
 
             self._retiring = threading.Thread(target=write_then_retire, daemon=True)
             self._retiring.start()
             return
-        with warnings.catch_warnings():
-            # Python warns of fork in a process with threads (the resolver's, say): the child
-            # only pickles and opens a new sqlite database, and no thread of ours is in
-            # sqlite now (checked above).
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
+        reader, writer = os.pipe()
+        pid = os.fork()
         if pid == 0:
             code = 1
             try:
+                os.close(reader)
                 _become_snapshot_child()
-                self._write(_dumps(self._state(app)), covered)
+                self._write(self._state(app), covered)
                 code = 0
-            except BaseException:
+            except BaseException as exc:
                 with contextlib.suppress(Exception):
-                    os.write(2, f"snapshot failed: {traceback.format_exc()}".encode())
+                    os.write(writer, f"{type(exc).__name__}: {exc}"[:2000].encode())
             finally:
                 os._exit(code)
-        self._child = (pid, covered, time.monotonic())
+        os.close(writer)
+        self._child = (pid, covered, time.monotonic(), reader)
 
     def _child_done(self) -> bool:
         assert self._child is not None
-        pid, covered, started = self._child
+        pid, covered, started, reader = self._child
         done, status = os.waitpid(pid, os.WNOHANG)
         if done == 0:
             return False
         self._child = None
         self._took = time.monotonic() - started
+        try:
+            why = os.read(reader, 4096).decode(errors="replace")
+        finally:
+            os.close(reader)
         if os.waitstatus_to_exitcode(status) != 0:
-            _log.error("writing a snapshot to %s failed; the journal keeps it all", self.path)
-            self._last_mark = ()  # try again
+            self._failed(why or f"the writing process ended with status {status}")
             return True
+        self._succeeded()
         self._retiring = threading.Thread(target=self._retirement(covered), daemon=True)
         self._retiring.start()
         return True
 
-    def _write(self, blob: bytes, covered: int) -> None:
+    def _write(
+        self, state: tuple[dict[str, Any], dict[str, list[tuple[int, str]]]], covered: int
+    ) -> None:
         """The snapshot into a new file, synced, then renamed over the old one: a reader
         finds the old snapshot or the new one, whole."""
+        document, rows = state
         temporary = self.path / f"{_SNAPSHOT}.tmp"
         with contextlib.suppress(FileNotFoundError):
             temporary.unlink()
+        _private_file(temporary)
         db = sqlite3.connect(temporary)
         try:
             db.execute("PRAGMA journal_mode=OFF")
-            db.execute(
-                "CREATE TABLE snapshot (format INTEGER NOT NULL, version TEXT NOT NULL, "
-                "layout TEXT NOT NULL, journal INTEGER NOT NULL, written_at TEXT NOT NULL, "
-                "state BLOB NOT NULL)"
+            db.execute("PRAGMA synchronous=OFF")  # one fsync of the whole file, below
+            db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            db.execute("CREATE TABLE roots (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            meta = {
+                "schema": codec.SCHEMA,
+                "version": _version(),
+                "journal": covered,
+                "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                **document["meta"],
+            }
+            db.executemany(
+                "INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in meta.items()]
             )
-            db.execute(
-                "INSERT INTO snapshot VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    FORMAT,
-                    _version(),
-                    self._layout,
-                    covered,
-                    time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    blob,
-                ),
+            db.executemany(
+                "INSERT INTO roots VALUES (?, ?)",
+                [(k, json.dumps(v)) for k, v in document["roots"].items()],
             )
+            for kind, kind_rows in rows.items():
+                # Kinds are the codec's own names: identifiers, never data.
+                db.execute(f'CREATE TABLE "{kind}" (id INTEGER PRIMARY KEY, fields TEXT NOT NULL)')
+                db.executemany(f'INSERT INTO "{kind}" VALUES (?, ?)', kind_rows)
             db.commit()
         finally:
             db.close()
@@ -665,30 +765,79 @@ class DataDir(InMemory):
         path = self.path / _SNAPSHOT
         if not path.exists():
             return None
+        _check_private_file(path)
         try:
             db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
             try:
-                row = db.execute(
-                    "SELECT format, version, layout, journal, written_at, state FROM snapshot"
-                ).fetchone()
+                return self._read(db, path)
             finally:
                 db.close()
         except sqlite3.Error as exc:
             raise PersistenceError(
-                f"{path} is no pytest-qstash snapshot ({exc}): use another --data-dir, or "
+                f"{path} is no pytest-qstash data dir ({exc}): use another --data-dir, or "
                 "delete the directory to start empty"
             ) from None
-        if row is None:
-            raise PersistenceError(f"{path} holds no snapshot: delete it to start empty")
-        fmt, version, layout, journal, written_at, state = row
-        if fmt != FORMAT or layout != self._layout:
+
+    def _read(self, db: sqlite3.Connection, path: Path) -> _Snapshot:
+        tables = {
+            name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        if "meta" not in tables and "snapshot" in tables:
             raise PersistenceError(
-                f"{path} was written by pytest-qstash {version} (data format {fmt}, state "
-                f"layout {layout}); this is pytest-qstash {_version()} (format {FORMAT}, "
-                f"layout {self._layout}), which cannot read it safely. Run the version that "
-                "wrote it, or start with another --data-dir (or delete this one)"
+                f"{path} was written by pytest-qstash 0.1, which kept the state pickled; "
+                f"this is pytest-qstash {_version()}, which keeps it as plain data and never "
+                "reads a pickle (loading one can run any code). Its state cannot be carried "
+                "over: delete the directory (or use another --data-dir) to start empty"
             )
-        return _Snapshot(journal, written_at, state)
+        unreadable = f"{path} holds no readable pytest-qstash state"
+        if "meta" not in tables or "roots" not in tables:
+            raise PersistenceError(f"{unreadable}: delete it to start empty")
+        meta: dict[str, Any] = {}
+        for key, value in db.execute("SELECT key, value FROM meta"):
+            meta[str(key)] = _json(value, f"{unreadable} (meta {key!r})")
+        schema, version = meta.get("schema"), meta.get("version")
+        if type(schema) is not int:
+            raise PersistenceError(f"{unreadable}: its schema is {schema!r}")
+        if schema > codec.SCHEMA:
+            raise PersistenceError(
+                f"{path} was written by pytest-qstash {version} (data-dir schema {schema}); "
+                f"this is pytest-qstash {_version()} (schema {codec.SCHEMA}), which cannot read a "
+                "newer schema. Run that version (or a newer one), or use another --data-dir"
+            )
+        roots = {
+            str(name): _json(value, f"{unreadable} (root {name!r})")
+            for name, value in db.execute("SELECT name, value FROM roots")
+        }
+        kinds: dict[str, dict[int, Any]] = {}
+        for table in sorted(tables - {"meta", "roots"}):
+            if table.startswith("sqlite_"):
+                continue
+            if table not in codec.KIND_NAMES:
+                raise PersistenceError(f"{unreadable}: unknown table {table!r}")
+            rows = db.execute(f'SELECT id, fields FROM "{table}"').fetchall()
+            if not all(type(fields) is str for _, fields in rows):
+                raise PersistenceError(f"{unreadable}: {table} holds cells that are not JSON")
+            # One parse per table, not per row: most of a restart is reading these.
+            parsed = _json("[" + ",".join(fields for _, fields in rows) + "]", table)
+            if len(parsed) != len(rows):
+                raise PersistenceError(f"{unreadable}: {table} holds cells that are not JSON")
+            kinds[table] = {n: fields for (n, _), fields in zip(rows, parsed, strict=True)}
+        document: codec.Document = {"meta": meta, "roots": roots, "kinds": kinds}
+        try:
+            document = codec.migrate(document, schema)
+        except codec.CodecError as exc:
+            raise PersistenceError(f"{unreadable}: {exc}") from None
+        meta = document["meta"]
+        journal, written_at = meta.get("journal"), meta.get("written_at")
+        settings, resets = meta.get("settings"), meta.get("resets", 0)
+        if (
+            type(journal) is not int
+            or not isinstance(settings, dict)
+            or type(resets) is not int
+            or not isinstance(written_at, str)
+        ):
+            raise PersistenceError(f"{unreadable}: its meta table is incomplete")
+        return _Snapshot(journal, written_at, document, settings, resets, schema)
 
     # -- journals -------------------------------------------------------------------------------
     def _journal_path(self, generation: int) -> Path:
@@ -713,9 +862,13 @@ class DataDir(InMemory):
     def _open_journal(self) -> None:
         self._generation += 1
         path = self._journal_path(self._generation)
+        _private_file(path)  # sqlite gives its WAL and index the database file's mode
         # Autocommit: each entry is its own transaction, in the WAL before the answer goes
         # out; NORMAL: no fsync per entry (a killed process loses nothing the OS was given).
         db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        # Exclusive, set before WAL: no shared-memory index and no lock taken per entry
+        # (half an entry's cost); only this server reads its journals while it runs.
+        db.execute("PRAGMA locking_mode=EXCLUSIVE")
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         # No checkpoints while serving (each would copy and sync on the request's path):
@@ -744,26 +897,43 @@ class DataDir(InMemory):
         return retire
 
     # -- stop -----------------------------------------------------------------------------------
-    async def stopped(self, app: QStashServerApp) -> None:
+    async def stopped(self, app: Served) -> None:
         """A clean stop: the last snapshot, written here (the server serves no more), and the
-        journals go; a restart then redelivers nothing."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        if self._child is not None:
-            os.waitpid(self._child[0], 0)  # its rename must not land after ours
-            self._child = None
-        if self._retiring is not None:
-            self._retiring.join()
-        if self._journal is not None:
-            self._write(_dumps(self._state(app)), self._generation)
-            self._open.append((self._generation, self._journal))
-            self._journal = None
-            self._retirement(self._generation)()
-        _unlock(self._lock)
+        journals go; a restart then redelivers nothing. When it cannot be written, the
+        journals stay (a restart replays them) and the log says why."""
+        try:
+            if self._task is not None:
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
+            if self._child is not None:
+                os.waitpid(self._child[0], 0)  # its rename must not land after ours
+                os.close(self._child[3])
+                self._child = None
+            if self._retiring is not None:
+                self._retiring.join()
+            if self._journal is not None:
+                journal, self._journal = self._journal, None
+                self._open.append((self._generation, journal))
+                try:
+                    self._write(self._state(app), self._generation)
+                except Exception as exc:
+                    _log.error(
+                        "the last snapshot to %s failed (%s: %s); the journals keep what "
+                        "changed, and the next start replays them",
+                        self.path,
+                        type(exc).__name__,
+                        exc,
+                    )
+                    for _, db in self._open:
+                        with contextlib.suppress(sqlite3.Error):
+                            db.close()
+                    return
+                self._retirement(self._generation)()
+        finally:
+            _unlock(self._lock)
 
-    def describe(self, app: QStashServerApp) -> str:
+    def describe(self, app: Served) -> str:
         if self._restored is None and not self._replayed:
             return f"state kept in {self.path} (new)"
         store = app.fake.store
@@ -779,11 +949,31 @@ class DataDir(InMemory):
         return f"state kept in {self.path} (restored: {restored})"
 
 
+def _redirects(value: Any) -> tuple[tuple[str, str], ...]:
+    """Stored outbound mounts: [prefix, target] pairs of text (anything else: none)."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(
+        (pair[0], pair[1])
+        for pair in value
+        if isinstance(pair, list) and len(pair) == 2 and all(type(p) is str for p in pair)
+    )
+
+
+def _json(value: Any, where: str) -> Any:
+    if not isinstance(value, str):
+        raise PersistenceError(f"{where}: not JSON text")
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError):
+        raise PersistenceError(f"{where}: not JSON") from None
+
+
 def _count(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
-def _move_clock(fake: FakeQStash, at_ms: int) -> None:
+def _move_clock(fake: Engine, at_ms: int) -> None:
     if at_ms > fake.clock.now_ms:
         fake.clock.move_to(at_ms)
 
@@ -811,6 +1001,39 @@ def _become_snapshot_child() -> None:
         signal.signal(number, signal.SIG_DFL)
 
 
+# -- the directory and its files ---------------------------------------------------------------
+def _private_dir(path: Path) -> None:
+    """Create the directory 0700; refuse one other users may write to (they could put a
+    state there for this server to load, or swap its files)."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise PersistenceError(f"cannot use --data-dir {path}: {exc}") from None
+    if os.name == "posix" and mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise PersistenceError(
+            f"--data-dir {path} can be written by other users (mode {stat.S_IMODE(mode):o}): "
+            f"it holds the token and signing keys, and what it holds is loaded. Make it "
+            f"private (chmod 700 {path}), or use another --data-dir"
+        )
+
+
+def _private_file(path: Path) -> None:
+    """Create ``path`` (if missing) readable and writable by this user only."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    os.close(fd)
+    if os.name == "posix":
+        os.chmod(path, 0o600)
+
+
+def _check_private_file(path: Path) -> None:
+    if os.name == "posix" and path.stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise PersistenceError(
+            f"{path} can be written by other users: make it private (chmod 600), or use "
+            "another --data-dir"
+        )
+
+
 def _sync_dir(path: Path) -> None:
     if os.name != "posix":
         return
@@ -828,7 +1051,12 @@ def _lock(path: Path) -> Any:
         import fcntl
     except ImportError:  # Windows: no fork either, so no child to wait for
         return None
-    handle = open(path / "lock", "a+")  # noqa: SIM115  # held for the server's lifetime
+    lock = path / "lock"
+    try:
+        _private_file(lock)
+    except OSError as exc:
+        raise PersistenceError(f"cannot use --data-dir {path}: {exc}") from None
+    handle = open(lock, "a+")  # noqa: SIM115  # held for the server's lifetime
     deadline = time.monotonic() + LOCK_WAIT_S
     while True:
         try:

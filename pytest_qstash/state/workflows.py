@@ -126,7 +126,7 @@ class StepGroup:
 
 
 @dataclass(eq=False, slots=True)
-class _RunMessage:
+class RunMember:
     message: Message
     call_type: str
     #: The message as an element of a delivered steps array, built once (compact JSON).
@@ -157,7 +157,7 @@ class WorkflowRun:
     response: str | None = None
     #: The run whose ``context.invoke`` started this one (TypeScript SDK), if any.
     invoker: Invoker | None = None
-    _members: list[_RunMessage] = field(default_factory=list, repr=False)
+    _members: list[RunMember] = field(default_factory=list, repr=False)
     #: What the trigger set for the whole run (retries, failure URL, labels, ...).
     settings: RunSettings = field(default_factory=RunSettings, repr=False)
     #: The DLQ entry this run resumes or restarts (``qstash.resume_run`` / ``restart_run``).
@@ -214,7 +214,7 @@ class WorkflowRun:
     def add_message(self, message: Message, call_type: str) -> None:
         """Append a message to the run's list, nothing else: how a copy of a run read back
         from the server's JSON is built (the run table's ``adopt`` also indexes it)."""
-        self._members.append(_RunMessage(message, call_type, _entry_json(message, call_type)))
+        self._members.append(RunMember(message, call_type, _entry_json(message, call_type)))
 
     @property
     def body(self) -> str:
@@ -395,9 +395,7 @@ class WorkflowRuns:
             if opts is not None:
                 run.settings = RunSettings.of(opts)
         self._members[message.message_id] = (run, len(run._members))
-        run._members.append(
-            _RunMessage(message, tag.call_type, _entry_json(message, tag.call_type))
-        )
+        run._members.append(RunMember(message, tag.call_type, _entry_json(message, tag.call_type)))
         return run.active or tag.call_type == FAILURE_CALL
 
     def replace_dead_letter(self, failed: Message, copy: Message, entry: DlqEntry) -> None:
@@ -409,7 +407,7 @@ class WorkflowRuns:
             return
         run, position = found
         member = run._members[position]
-        run._members[position] = _RunMessage(
+        run._members[position] = RunMember(
             copy, member.call_type, _entry_json(copy, member.call_type)
         )
         self._members[copy.message_id] = (run, position)
@@ -445,7 +443,7 @@ class WorkflowRuns:
     def adopt(self, run: WorkflowRun, message: Message, call_type: str) -> None:
         """Make a message the engine published (not the app) the run's next one."""
         self._members[message.message_id] = (run, len(run._members))
-        run._members.append(_RunMessage(message, call_type, _entry_json(message, call_type)))
+        run._members.append(RunMember(message, call_type, _entry_json(message, call_type)))
         message.workflow_run_id = run.run_id
 
     def position(self, message: Message) -> int:

@@ -215,7 +215,8 @@ function render() {
   document.getElementById("now").title = exact(state.now);
   document.getElementById("clock-mode").textContent = `${state.clock} clock`;
   document.getElementById("next-due").textContent = state.next_due || "nothing pending";
-  document.getElementById("plan").textContent = state.plan || "";
+  const failing = state.data_dir && state.data_dir.error;
+  document.getElementById("plan").textContent = (state.plan || "") + (failing ? ` · data dir not written: ${failing}` : "");
   document.querySelector(".virtual-only").hidden = state.clock !== "virtual";
   const names = [...ORDER.filter((n) => n in data.counts), ...Object.keys(data.counts).filter((n) => !ORDER.includes(n) && !HIDDEN.has(n))];
   const nav = names.map((n) =>

@@ -1,0 +1,636 @@
+"""The engine's state as plain data, and back: what a data dir holds (``serve --data-dir``).
+
+The state is a graph of objects (a DLQ entry and a log entry refer to the message they are
+about, a run to its messages, the clock's heap to due events): each object of a class in
+``KINDS`` becomes one row of its kind's table, its fields as JSON, and a reference to it is
+``{"$ref": n}``. So shared objects come back shared, and cycles are no problem.
+
+Only the classes in ``KINDS`` are ever built, with ``object.__new__`` and by setting their
+fields: no constructor, no ``__setstate__``, nothing named by the data runs. The few values
+that are not JSON (bytes, headers, tuples, a cron or retry-delay expression, the id
+generator's random state) are written as small tagged objects and rebuilt by the fixed
+function for their tag; an expression is saved as its text and parsed again. Anything else
+in the state is an error when writing (a new kind of object must be added here, with a
+``SCHEMA`` bump and a migration: ``tests/test_datadir_codec.py`` says so).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import functools
+import json
+import random
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import httpx
+
+from ..api.faults import Fault
+from ..state.account import Account
+from ..state.attempts import Attempt, AttemptResult
+from ..state.clock import DueEvent, VirtualClock
+from ..state.dedup import Deduplication
+from ..state.dlq import DeadLetters
+from ..state.flow_control import FlowKey, FlowKeys
+from ..state.ids import IdGenerator
+from ..state.invocations import Invoker
+from ..state.models import (
+    ApiCall,
+    Delivery,
+    DlqEntry,
+    Event,
+    FlowControl,
+    Message,
+    Waiter,
+)
+from ..state.options import MessageOptions
+from ..state.plans import Plan
+from ..state.queues import Queue, Queues
+from ..state.rejections import RejectedCall, RejectedCalls
+from ..state.retention import Retention, Trail
+from ..state.retry import InvalidRetryDelay, RetryDelayExpression
+from ..state.run_settings import RunSettings
+from ..state.schedules import CronExpression, InvalidCron, Schedule, Schedules
+from ..state.store import Store
+from ..state.url_groups import Endpoint, UrlGroup
+from ..state.waiters import Waiters
+from ..state.workflow_dlq import WorkflowDlqEntry
+from ..state.workflows import (
+    RunHeaders,
+    RunMember,
+    StepGroup,
+    WorkflowRun,
+    WorkflowRuns,
+    WorkflowStep,
+)
+
+#: The plain-data layout's version. Bump it whenever a saved class gains, loses or renames a
+#: field (or a kind comes or goes), and add a migration from the previous one to MIGRATIONS.
+#: (1 was the pickled layout of pytest-qstash 0.1, which is not read.)
+SCHEMA = 2
+
+#: Plain data, as read from a data dir: ``meta``, ``roots`` (name: value) and ``kinds``
+#: (kind: {row id: {field: value}}).
+Document = dict[str, Any]
+#: Migrations: ``MIGRATIONS[n]`` turns a schema ``n`` document into a schema ``n + 1`` one.
+MIGRATIONS: dict[int, Callable[[Document], None]] = {}
+
+
+class CodecError(ValueError):
+    """State that cannot be written as plain data, or plain data that is not such state."""
+
+
+class SavedError(Exception):
+    """An exception an app raised, kept in the state, as saved: its type's name and text."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """A class whose objects are saved, field by field, under ``name``."""
+
+    name: str
+    cls: type
+    #: For a class that is no dataclass: the fields it has (its ``__init__`` sets them).
+    declared: tuple[str, ...] = ()
+    #: Fields not saved, and what they are on load (a cache, a callback the owner sets).
+    transient: Mapping[str, Callable[[], Any]] = dataclasses.field(default_factory=dict)
+    #: Fields that are another object's collection, the very same one (not saved; on load,
+    #: that root's attribute): field -> (root name, attribute).
+    links: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+
+    @functools.cached_property
+    def fields(self) -> tuple[str, ...]:
+        if self.dataclass:
+            names = tuple(f.name for f in dataclasses.fields(self.cls))
+        else:
+            names = self.declared
+        return tuple(n for n in names if n not in self.transient and n not in self.links)
+
+    @functools.cached_property
+    def dataclass(self) -> bool:
+        return dataclasses.is_dataclass(self.cls)
+
+    @functools.cached_property
+    def mapping(self) -> bool:
+        """A ``dict`` subclass: its items are saved beside its fields."""
+        return issubclass(self.cls, dict)
+
+    @functools.cached_property
+    def defaults(self) -> dict[str, Callable[[], Any]]:
+        """What a field left out of a row is (fields that have a default)."""
+        return _defaults(self.cls) if self.dataclass else {}
+
+    @functools.cached_property
+    def plain_defaults(self) -> dict[str, Any]:
+        """Fields whose default is a plain value (or an empty list or dict): a row leaves
+        them out while they hold it, which keeps rows small."""
+        plain: dict[str, Any] = {}
+        for name, make in self.defaults.items():
+            value = make()
+            scalar = value is None or type(value) in (bool, int, float, str)
+            if scalar or (type(value) in (tuple, list, dict) and not value):
+                plain[name] = value
+        return plain
+
+
+def _kind(name: str, cls: type, *declared: str, **transient: Callable[[], Any]) -> Kind:
+    return Kind(name, cls, declared, transient)
+
+
+#: Every class a data dir may hold: nothing else is ever built from one.
+KINDS: tuple[Kind, ...] = (
+    _kind(
+        "store",
+        Store,
+        "clock",
+        "ids",
+        "account",
+        "default_retries",
+        "messages",
+        "events",
+        "dlq",
+        "dedup",
+        "url_groups",
+        "schedules",
+        "queues",
+        "flow_keys",
+        "_generation",
+        "delivering",
+        "_callbacks_pending",
+        "workflows",
+        "waiters",
+        "api_errors",
+        "deliveries",
+        "in_flight",
+        "plan",
+        "global_parallelism",
+        "_global_waiting",
+        "max_response_ms",
+        "_attempt_seq",
+        "_published_day",
+        "retention",
+        # Parsed retry-delay expressions by text: parsed again when next needed.
+        _expressions=dict,
+    ),
+    # The store points it at its retention's ``expire`` (a restored retention is that one).
+    _kind("clock", VirtualClock, "now_ms", "_heap", "_seq", on_move=lambda: None),
+    _kind("account", Account, "_token", "_current", "_next"),
+    _kind("id_generator", IdGenerator, "_random", "drawn"),
+    _kind("dedup_table", Deduplication, "window_ms", "_seen", "_ends"),
+    _kind("dlq_table", DeadLetters, "_seq"),
+    _kind("schedule_table", Schedules, "_clock", "_ids", "dedup"),
+    _kind("queue_table", Queues),
+    _kind("flow_key_table", FlowKeys),
+    # The store sets its callback on the one it owns (a restored one is that one).
+    _kind("run_table", WorkflowRuns, "runs", "_members", on_end=lambda: None),
+    _kind("waiter_table", Waiters, "_by_id", "_saved", "_count"),
+    _kind("rejection_table", RejectedCalls, "_kept", "total"),
+    _kind("trails", Trail, "_items", "_start", "dropped"),
+    Kind(
+        "retention",
+        Retention,
+        (
+            "log_ms",
+            "dlq_ms",
+            "_events",
+            "_deliveries",
+            "_dlq",
+            "_workflows",
+            "_finished",
+            "_finished_ms",
+            "_runs",
+            "_dead",
+            "forgotten",
+        ),
+        links={
+            "_messages": ("store", "messages"),
+            "_generations": ("store", "_generation"),
+            "_callbacks_pending": ("store", "_callbacks_pending"),
+        },
+    ),
+    _kind("messages", Message),
+    _kind("deliveries", Delivery),
+    _kind("dlq", DlqEntry),
+    _kind("events", Event),
+    _kind("flow_controls", FlowControl),
+    _kind("api_calls", ApiCall),
+    _kind("waiters", Waiter),
+    _kind("message_options", MessageOptions),
+    _kind("run_settings", RunSettings),
+    _kind("attempts", Attempt),
+    _kind("attempt_results", AttemptResult),
+    _kind("plans", Plan),
+    _kind("url_group_endpoints", Endpoint),
+    _kind("url_groups", UrlGroup),
+    _kind("invokers", Invoker),
+    _kind("run_headers", RunHeaders),
+    _kind("workflow_steps", WorkflowStep),
+    _kind("step_groups", StepGroup),
+    _kind("run_members", RunMember),
+    _kind("workflow_runs", WorkflowRun),
+    _kind("workflow_dlq", WorkflowDlqEntry),
+    _kind("due_events", DueEvent),
+    _kind("schedules", Schedule),
+    _kind("flow_keys", FlowKey),
+    _kind("queues", Queue),
+    _kind("rejections", RejectedCall),
+    _kind("faults", Fault),
+)
+_BY_CLASS: dict[type, Kind] = {kind.cls: kind for kind in KINDS}
+_BY_NAME: dict[str, Kind] = {kind.name: kind for kind in KINDS}
+#: The kinds' names: a data dir's tables beside ``meta`` and ``roots``.
+KIND_NAMES = frozenset(_BY_NAME)
+
+
+def fingerprint() -> dict[str, tuple[str, ...]]:
+    """Each saved kind's fields: what a change of must bump ``SCHEMA``."""
+    return {kind.name: kind.fields for kind in KINDS}
+
+
+# -- writing ---------------------------------------------------------------------------------
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _latin1(pairs: Iterable[tuple[bytes, bytes]]) -> list[list[str]]:
+    return [[name.decode("latin-1"), value.decode("latin-1")] for name, value in pairs]
+
+
+class Encoder:
+    """Writes objects as rows (``rows[kind]``: (id, fields as JSON)) and values as JSON-able
+    data referring to them."""
+
+    def __init__(self) -> None:
+        self._ids: dict[int, int] = {}
+        self._pending: list[Any] = []
+        self.rows: dict[str, list[tuple[int, str]]] = {}
+        self._values: dict[type, Callable[[Any], Any]] = {
+            bytes: lambda v: {"$bytes": _b64(v)},
+            list: lambda v: [self.value(item) for item in v],
+            tuple: lambda v: {"$tuple": [self.value(item) for item in v]},
+            set: lambda v: {"$set": [self.value(item) for item in v]},
+            frozenset: lambda v: {"$frozenset": [self.value(item) for item in v]},
+            deque: lambda v: {"$deque": [self.value(item) for item in v], "maxlen": v.maxlen},
+            dict: self._dict,
+            httpx.Headers: lambda v: {"$headers": _latin1(v.raw)},
+            httpx.URL: lambda v: {"$url": str(v)},
+            httpx.Request: lambda v: {
+                "$request": [v.method, str(v.url), _latin1(v.headers.raw), _b64(v.content)]
+            },
+            random.Random: lambda v: {"$random": _random_state(v)},
+            RetryDelayExpression: lambda v: {"$retry_delay": v.text},
+            CronExpression: lambda v: {"$cron": v.text},
+        }
+
+    def value(self, v: Any) -> Any:
+        t = type(v)
+        if v is None or t is str or t is int or t is bool or t is float:
+            return v
+        write = self._values.get(t)
+        if write is not None:
+            return write(v)
+        if t in _BY_CLASS:
+            return {"$ref": self._ref(v)}
+        if isinstance(v, BaseException):
+            return {"$error": f"{t.__name__}: {v}"}
+        raise CodecError(
+            f"cannot save a {t.__module__}.{t.__qualname__} in a data dir: add it to "
+            "pytest_qstash/server/datadir_codec.py (KINDS, SCHEMA and a migration)"
+        )
+
+    def _dict(self, v: dict[Any, Any]) -> Any:
+        if all(type(k) is str and not k.startswith("$") for k in v):
+            return {k: self.value(item) for k, item in v.items()}
+        return {"$map": [[self.value(k), self.value(item)] for k, item in v.items()]}
+
+    def _ref(self, obj: Any) -> int:
+        n = self._ids.get(id(obj))
+        if n is None:
+            n = self._ids[id(obj)] = len(self._ids) + 1
+            self._pending.append(obj)
+        return n
+
+    def root(self, obj: Any) -> Any:
+        """A root's value, and every object it reaches written."""
+        value = self.value(obj)
+        while self._pending:
+            pending, self._pending = self._pending, []
+            for item in pending:
+                self._write(item)
+        return value
+
+    def _write(self, obj: Any) -> None:
+        kind = _BY_CLASS[type(obj)]
+        plain, value = kind.plain_defaults, self.value
+        fields = {}
+        for name in kind.fields:
+            v = getattr(obj, name)
+            if name in plain:
+                default = plain[name]
+                if v is default or (type(v) is type(default) and v == default):
+                    continue
+            fields[name] = value(v)
+        if not kind.dataclass and hasattr(obj, "__dict__"):
+            unknown = set(vars(obj)) - set(kind.declared) - set(kind.transient) - set(kind.links)
+            if unknown:
+                raise CodecError(
+                    f"{type(obj).__qualname__} has fields the data dir does not know: "
+                    f"{sorted(unknown)} (declare them in datadir_codec.KINDS, bump SCHEMA)"
+                )
+        if kind.mapping:
+            fields["$items"] = self._dict(obj)
+        self.rows.setdefault(kind.name, []).append((self._ids[id(obj)], json.dumps(fields)))
+
+
+def _random_state(generator: random.Random) -> list[Any]:
+    version, internal, gauss = generator.getstate()
+    return [version, list(internal), gauss]
+
+
+# -- reading ---------------------------------------------------------------------------------
+class Decoder:
+    """Builds the objects of a document (``kinds``: {kind: {id: fields}}), then values that
+    refer to them. ``into`` maps row ids to live objects to restore in place (the engine's
+    own store, clock...: whatever else refers to them keeps doing so)."""
+
+    def __init__(self, kinds: Mapping[str, Mapping[int, Any]], into: Mapping[int, Any]) -> None:
+        self._objects: dict[int, Any] = {}
+        self._kinds: dict[int, Kind] = {}
+        self._readers: dict[str, Callable[[Any], Any]] = {
+            "$ref": self._deref,
+            "$bytes": _unb64,
+            "$tuple": lambda v: tuple(self._list(v)),
+            "$set": lambda v: set(self._keys(v)),
+            "$frozenset": lambda v: frozenset(self._keys(v)),
+            "$map": self._map,
+            "$headers": lambda v: httpx.Headers(_pairs(v)),
+            "$url": lambda v: httpx.URL(_text(v)),
+            "$request": self._request,
+            "$random": _random,
+            "$retry_delay": _retry_delay,
+            "$cron": _cron,
+            "$error": lambda v: SavedError(_text(v)),
+        }
+        for name, rows in kinds.items():
+            kind = _BY_NAME.get(name)
+            if kind is None:
+                raise CodecError(f"unknown kind of object {name!r}")
+            for n, fields in rows.items():
+                if not isinstance(fields, dict):
+                    raise CodecError(f"{name} {n}: expected an object of fields")
+                if n in self._objects:
+                    raise CodecError(f"{name} {n}: its id is taken by another object")
+                live = into.get(n)
+                if live is not None:
+                    if type(live) is not kind.cls:
+                        raise CodecError(f"{name} {n}: not a {type(live).__qualname__}")
+                    obj = live
+                elif kind.mapping:
+                    obj = dict.__new__(kind.cls)
+                else:
+                    obj = object.__new__(kind.cls)
+                self._objects[n], self._kinds[n] = obj, kind
+        self._rows = kinds
+
+    def fill(self) -> None:
+        """Set every object's fields (after all exist: references go any way)."""
+        value, set_field, scalars = self.value, object.__setattr__, _SCALARS
+        for name, rows in self._rows.items():
+            kind = _BY_NAME[name]
+            names = frozenset(kind.fields) | ({"$items"} if kind.mapping else frozenset())
+            # Per field: its shared default (immutable), or what makes a fresh one.
+            plan = []
+            for field_name in kind.fields:
+                shared = kind.plain_defaults.get(field_name, _MISSING)
+                if type(shared) in (list, dict):
+                    shared = _MISSING
+                plan.append((field_name, shared, kind.defaults.get(field_name)))
+            plain_class = not kind.dataclass and "__dict__" in dir(kind.cls)
+            for n, fields in rows.items():
+                obj = self._objects[n]
+                if not names.issuperset(fields):
+                    unknown = sorted(fields.keys() - names)
+                    raise CodecError(f"{name} {n}: unknown fields {unknown}")
+                if plain_class:
+                    kept = {k: getattr(obj, k) for k in kind.transient if hasattr(obj, k)}
+                    vars(obj).clear()
+                    vars(obj).update(kept)
+                for field_name, fresh in kind.transient.items():
+                    if not hasattr(obj, field_name):
+                        set_field(obj, field_name, fresh())
+                get = fields.get
+                for field_name, shared, make in plan:
+                    v = get(field_name, _MISSING)
+                    if v is _MISSING:
+                        if shared is not _MISSING:
+                            v = shared
+                        elif make is not None:
+                            v = make()
+                        else:
+                            raise CodecError(f"{name} {n}: missing field {field_name!r}")
+                    elif v is not None and type(v) not in scalars:
+                        v = value(v)
+                    set_field(obj, field_name, v)
+                if kind.mapping:
+                    items = value(fields.get("$items", {}))
+                    if not isinstance(items, dict):
+                        raise CodecError(f"{name} {n}: its items are no mapping")
+                    dict.clear(obj)
+                    dict.update(obj, items)
+
+    def link(self, roots: Mapping[str, Any]) -> None:
+        """Point linked fields at the roots' collections they share."""
+        for n, kind in self._kinds.items():
+            for field_name, (root, attribute) in kind.links.items():
+                owner = roots.get(root)
+                if owner is None or not hasattr(owner, attribute):
+                    raise CodecError(f"{kind.name} {n}: no {root}.{attribute} to share")
+                object.__setattr__(self._objects[n], field_name, getattr(owner, attribute))
+
+    def value(self, v: Any) -> Any:
+        t = type(v)
+        if v is None or t is str or t is int or t is bool or t is float:
+            return v
+        if t is list:
+            return self._list(v)
+        if t is dict:
+            # A tagged value is a one-key object (a deque's has its maxlen beside); the
+            # encoder writes no plain mapping of one key that starts with "$".
+            size = len(v)
+            if size == 1:
+                (tag,) = v
+                if tag == "$ref":
+                    target = self._objects.get(v[tag]) if type(v[tag]) is int else None
+                    if target is None:
+                        raise CodecError(f"a reference to no object ({v[tag]!r})")
+                    return target
+                if tag[:1] == "$":
+                    reader = self._readers.get(tag)
+                    if reader is None:
+                        raise CodecError(f"unknown tagged value {tag!r}")
+                    return reader(v[tag])
+            elif size == 2 and "$deque" in v:
+                maxlen = v.get("maxlen")
+                if maxlen is not None and type(maxlen) is not int:
+                    raise CodecError("a deque's maxlen is no integer")
+                return deque(self._list(v["$deque"]), maxlen)
+            return {k: self.value(item) for k, item in v.items()}
+        raise CodecError(f"unexpected {t.__name__} in the state")
+
+    def _list(self, v: Any) -> list[Any]:
+        if type(v) is not list:
+            raise CodecError("expected a list")
+        return [self.value(item) for item in v]
+
+    def _keys(self, v: Any) -> list[Any]:
+        """Set members and mapping keys: plain values only (an object's hash may depend on
+        fields not set yet)."""
+        keys = self._list(v)
+        for key in keys:
+            members = key if type(key) in (tuple, frozenset) else (key,)
+            if not all(type(m) in _PLAIN_KEYS for m in members):
+                raise CodecError(f"a {type(key).__name__} as a key or set member")
+        return keys
+
+    def _map(self, v: Any) -> dict[Any, Any]:
+        if type(v) is not list or not all(type(p) is list and len(p) == 2 for p in v):
+            raise CodecError("a mapping's items are no [key, value] pairs")
+        keys = self._keys([pair[0] for pair in v])
+        return {key: self.value(pair[1]) for key, pair in zip(keys, v, strict=True)}
+
+    def _deref(self, v: Any) -> Any:
+        if type(v) is not int or v not in self._objects:
+            raise CodecError(f"a reference to no object ({v!r})")
+        return self._objects[v]
+
+    def _request(self, v: Any) -> httpx.Request:
+        if type(v) is not list or len(v) != 4:
+            raise CodecError("a request is [method, url, headers, body]")
+        method, url, headers, content = v
+        try:
+            return httpx.Request(
+                _text(method), _text(url), headers=_pairs(headers), content=_unb64(content)
+            )
+        except (httpx.InvalidURL, ValueError, TypeError) as exc:
+            raise CodecError(f"an unreadable request: {exc}") from None
+
+
+_PLAIN_KEYS = (str, int, float, bool, type(None), bytes)
+#: JSON values that are themselves (no tag to read).
+_SCALARS = frozenset({str, int, float, bool})
+_MISSING: Any = object()
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _defaults(cls: type) -> dict[str, Callable[[], Any]]:
+    """A dataclass's fields that have a default (filled when an older row lacks them)."""
+    made: dict[str, Callable[[], Any]] = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            made[f.name] = functools.partial(_same, f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            made[f.name] = f.default_factory
+    return made
+
+
+def _text(v: Any) -> str:
+    if type(v) is not str:
+        raise CodecError(f"expected text, got {type(v).__name__}")
+    return v
+
+
+def _unb64(v: Any) -> bytes:
+    try:
+        return base64.b64decode(_text(v), validate=True)
+    except ValueError:
+        raise CodecError("unreadable bytes (not base64)") from None
+
+
+def _pairs(v: Any) -> list[tuple[bytes, bytes]]:
+    if type(v) is not list:
+        raise CodecError("headers are a list of [name, value]")
+    pairs = []
+    for pair in v:
+        if type(pair) is not list or len(pair) != 2:
+            raise CodecError("headers are a list of [name, value]")
+        try:
+            pairs.append((_text(pair[0]).encode("latin-1"), _text(pair[1]).encode("latin-1")))
+        except UnicodeEncodeError:
+            raise CodecError("a header beyond latin-1") from None
+    return pairs
+
+
+def _random(v: Any) -> random.Random:
+    generator = random.Random()
+    try:
+        version, internal, gauss = v
+        if type(internal) is not list or not all(type(i) is int for i in internal):
+            raise TypeError("not integers")
+        generator.setstate((version, tuple(internal), gauss))
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise CodecError(f"an unreadable id generator state: {exc}") from None
+    return generator
+
+
+def _retry_delay(v: Any) -> RetryDelayExpression:
+    try:
+        return RetryDelayExpression(_text(v))
+    except InvalidRetryDelay as exc:
+        raise CodecError(str(exc)) from None
+
+
+def _cron(v: Any) -> CronExpression:
+    try:
+        return CronExpression.parse(_text(v))
+    except InvalidCron as exc:
+        raise CodecError(str(exc)) from None
+
+
+# -- whole documents -------------------------------------------------------------------------
+def encode(roots: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, list[tuple[int, str]]]]:
+    """The roots' values (plain data) and every object they reach, as rows by kind."""
+    encoder = Encoder()
+    values = {name: encoder.root(obj) for name, obj in roots.items()}
+    return values, encoder.rows
+
+
+def decode(
+    document: Document, into: Mapping[str, Any], optional: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """The roots of a (current schema) document, its objects built; roots named in ``into``
+    are restored into those objects (those in ``optional`` when the document has them)."""
+    roots = document["roots"]
+    targets: dict[int, Any] = {}
+    for name, live in into.items():
+        value = roots.get(name)
+        if value is None and name in optional:
+            continue
+        if type(value) is not dict or type(value.get("$ref")) is not int:
+            raise CodecError(f"the saved state has no {name}")
+        targets[value["$ref"]] = live
+    try:
+        decoder = Decoder(document["kinds"], targets)
+        decoder.fill()
+        decoded = {name: decoder.value(value) for name, value in roots.items()}
+        decoder.link(decoded)
+        return decoded
+    except CodecError:
+        raise
+    except Exception as exc:  # whatever a malformed file makes a reader raise: refused
+        raise CodecError(f"malformed state: {type(exc).__name__}: {exc}") from None
+
+
+def migrate(document: Document, schema: int) -> Document:
+    """A document of an older schema brought to ``SCHEMA``, one migration at a time."""
+    while schema < SCHEMA:
+        step = MIGRATIONS.get(schema)
+        if step is None:
+            raise CodecError(f"no migration from data-dir schema {schema} to {schema + 1}")
+        step(document)
+        schema += 1
+    return document
