@@ -30,7 +30,6 @@ from .durations import Duration, parse_duration_ms
 from .errors import AsyncContextError, DeliveryLoopError
 from .intercept import QStashRouter
 from .query import Found
-from .state import waiters as waits
 from .state import workflow_dlq
 from .state.account import Account
 from .state.clock import DueEvent, VirtualClock
@@ -718,7 +717,7 @@ class FakeQStash:
         else:
             content = json.dumps(data).encode()
         try:
-            reached = waits.notify(self.store, event_id, content, run_id=run_id)
+            reached = self.store.notify(event_id, content, run_id=run_id)
         except KeyError:
             runs = ", ".join(r.run_id for r in self.store.workflows if r.active) or "none"
             raise ValueError(

@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 
 from ..state.deliverable import HOP_BY_HOP, Undeliverable, checked_url, is_url
-from ..state.invocations import Invoker
 from ..state.invocations import unwrap as unwrap_invocation
+from ..state.models import Invoker
 from ..state.options import (
     InvalidOption,
     MessageOptions,

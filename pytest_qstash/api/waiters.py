@@ -53,7 +53,7 @@ def wait(store: Store, request: httpx.Request, event_id: str) -> httpx.Response:
             raise ApiError(400, f"invalid wait request: {field} must be an http(s) URL")
     try:
         parse_options({k: v for k, v in headers.items() if k.lower().startswith("upstash-")})
-        rules.wait(store, run, event_id, body, headers)
+        store.wait(run, event_id, body, headers)
     except (InvalidOption, ValueError, TypeError) as exc:
         raise ApiError(400, f"invalid wait request: {exc}") from None
     return httpx.Response(200)
@@ -63,7 +63,7 @@ def notify_event(store: Store, request: httpx.Request, event_id: str) -> httpx.R
     """``POST /v2/notify/{eventId}``: every run waiting for the event resumes with the body
     as the event's data; one ``NotifyResponse`` each, ``[]`` when none waits (the event is
     then lost)."""
-    reached = rules.notify(store, event_id, request.content)
+    reached = store.notify(event_id, request.content)
     return json_response([notify_answer(*item) for item in reached], 201)
 
 
@@ -71,7 +71,7 @@ def notify_run(store: Store, request: httpx.Request, run_id: str, event_id: str)
     """``POST /v2/notify/{runId}/{eventId}``: the run resumes if it waits for the event,
     else the notify is kept for its next wait; 400 for a run that is unknown or ended."""
     try:
-        [item] = rules.notify(store, event_id, request.content, run_id=run_id)
+        [item] = store.notify(event_id, request.content, run_id=run_id)
     except KeyError:
         raise ApiError(400, _INVALID_RUN) from None
     return json_response(notify_answer(*item), 201)
@@ -99,7 +99,7 @@ def webhook(store: Store, request: httpx.Request, hook: str) -> httpx.Response:
         raise ApiError(404, f"no webhook for user {user_id!r} on this account")
     data = json.dumps(webhook_request(request), separators=(",", ":")).encode()
     try:
-        [item] = rules.notify(store, event_id, data, run_id=run_id)
+        [item] = store.notify(event_id, data, run_id=run_id)
     except KeyError:
         raise ApiError(400, _INVALID_RUN) from None
     return json_response(notify_answer(*item), 200)

@@ -18,7 +18,7 @@ import json
 import secrets
 from collections.abc import Callable
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, unquote
 
 import httpx
@@ -27,7 +27,24 @@ from .. import report
 from . import records
 
 if TYPE_CHECKING:
-    from .app import QStashServerApp
+    from ..fake import FakeQStash
+
+
+class QStashServerApp(Protocol):
+    """What the dashboard asks of the server app it sits in (``app.py``'s, which builds the
+    dashboard: a Protocol here keeps the two modules out of an import cycle)."""
+
+    fake: FakeQStash
+
+    @property
+    def resets(self) -> int: ...
+
+    def _state(self) -> dict[str, Any]: ...
+
+    async def _control(self, request: httpx.Request, action: str) -> httpx.Response: ...
+
+    def _api(self, request: httpx.Request) -> httpx.Response: ...
+
 
 DASHBOARD_PATH = "/_qstash/dashboard"
 #: The cookie's name, with the server's port: cookies do not tell ports apart, and two servers

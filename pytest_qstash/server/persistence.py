@@ -46,7 +46,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
@@ -54,10 +54,28 @@ from ..state.account import Account
 from ..state.clock import VirtualClock
 from ..state.ids import IdGenerator
 from ..state.store import Store
+from .errors import ControlError
 
 if TYPE_CHECKING:
     from ..fake import FakeQStash
-    from .app import QStashServerApp, ServerSettings
+
+#: ``app.py``'s ``ServerSettings`` (a frozen dataclass); not imported, as that module imports
+#: this one.
+ServerSettings = Any
+
+
+class QStashServerApp(Protocol):
+    """What persistence reads and replays on the server app that owns it."""
+
+    @property
+    def CLOCK_MOVES(self) -> tuple[str, ...]: ...
+
+    settings: ServerSettings
+    _resets: int
+    fake: FakeQStash
+
+    async def _act(self, request: httpx.Request, action: str) -> httpx.Response: ...
+
 
 _log = logging.getLogger("pytest_qstash.server")
 
@@ -509,8 +527,6 @@ class DataDir(InMemory):
         else:
             _move_clock(fake, entry.at_ms)
         request = httpx.Request(entry.method, f"http://replay/_qstash/{entry.target}", content=body)
-        from .app import ControlError
-
         # One its client was refused (a bad body, say) is refused again, changing nothing.
         with contextlib.suppress(ControlError, ValueError, TypeError):
             _run_now(app._act(request, entry.target))

@@ -14,40 +14,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
-from .models import Message, ms_to_datetime
+from .models import Invoker
 from .options import InvalidOption, parse_options
-
-if TYPE_CHECKING:
-    from .store import Store
-    from .workflows import WorkflowRun
+from .workflows import WorkflowRun
 
 _INVOKE = "upstash-workflow-invoke"
 _INIT = "upstash-workflow-init"
-
-
-@dataclass(eq=False, slots=True)
-class Invoker:
-    """The run whose ``context.invoke`` started a run, and how to resume it."""
-
-    run_id: str
-    url: str
-    created_ms: int | None
-    #: The invoke step as the SDK sent it (``stepId``, ``stepName``, ``stepType: Invoke``).
-    step: dict[str, Any] = field(repr=False)
-    #: The publish headers of the step that resumes the invoker.
-    headers: dict[str, str] = field(repr=False)
-
-    @property
-    def created_at(self) -> datetime | None:
-        return None if self.created_ms is None else ms_to_datetime(self.created_ms)
-
-    def __repr__(self) -> str:
-        return f"<Invoker {self.run_id} {self.url} step={self.step.get('stepName')!r}>"
 
 
 def unwrap(workflow_headers: Mapping[str, str], content: bytes) -> tuple[bytes, Invoker | None]:
@@ -92,15 +67,12 @@ def unwrap(workflow_headers: Mapping[str, str], content: bytes) -> tuple[bytes, 
     return inner, invoker
 
 
-def report(store: Store, run: WorkflowRun) -> Message | None:
-    """``run`` ended: when another run invoked it, publish the invoke step back into that
-    run with the outcome (a run that ended since takes nothing)."""
+def outcome_step(run: WorkflowRun, failure_body: str | None) -> tuple[str, bytes, dict[str, str]]:
+    """The invoke step that reports ``run``'s end to its invoker: where it goes, its body
+    (the step with ``out`` the outcome) and its publish headers. ``failure_body`` is what the
+    failed run's last attempt answered."""
     invoker = run.invoker
-    if invoker is None or run.state == "RUN_STARTED" or not invoker.url:
-        return None
-    target = store.workflows.get(invoker.run_id)
-    if target is None or not target.active:
-        return None
+    assert invoker is not None
     result: dict[str, Any] = {
         "isFailed": run.state == "RUN_FAILED",
         "isCanceled": run.state == "RUN_CANCELED",
@@ -108,7 +80,7 @@ def report(store: Store, run: WorkflowRun) -> Message | None:
     if run.state == "RUN_SUCCESS" and run.response is not None:
         result["body"] = run.response
     elif run.state == "RUN_FAILED":
-        result["body"] = _failure_body(store, run)
+        result["body"] = failure_body
     step = {**invoker.step, "out": json.dumps(result)}
     headers = dict(invoker.headers)
     for name in [k for k in headers if k.lower() in (_INIT, "upstash-workflow-calltype")]:
@@ -120,13 +92,7 @@ def report(store: Store, run: WorkflowRun) -> Message | None:
             "Upstash-Workflow-RunId": invoker.run_id,
         }
     )
-    published, _ = store.publish(invoker.url, json.dumps(step).encode(), parse_options(headers))
-    return published[0].message
-
-
-def _failure_body(store: Store, run: WorkflowRun) -> str | None:
-    entry = store.dlq.get(run.dlq_id) if run.dlq_id else None
-    return None if entry is None else entry.response_body
+    return invoker.url, json.dumps(step).encode(), headers
 
 
 def _single_values(value: Any) -> dict[str, str]:

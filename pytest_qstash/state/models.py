@@ -386,3 +386,23 @@ class Waiter:
             f"<Waiter {self.event_id!r} run={self.run_id} step={self.step_name!r} "
             f"deadline={self.deadline.isoformat()}>"
         )
+
+
+@dataclass(eq=False, slots=True)
+class Invoker:
+    """The run whose ``context.invoke`` started a run, and how to resume it."""
+
+    run_id: str
+    url: str
+    created_ms: int | None
+    #: The invoke step as the SDK sent it (``stepId``, ``stepName``, ``stepType: Invoke``).
+    step: dict[str, Any] = field(repr=False)
+    #: The publish headers of the step that resumes the invoker.
+    headers: dict[str, str] = field(repr=False)
+
+    @property
+    def created_at(self) -> datetime | None:
+        return None if self.created_ms is None else ms_to_datetime(self.created_ms)
+
+    def __repr__(self) -> str:
+        return f"<Invoker {self.run_id} {self.url} step={self.step.get('stepName')!r}>"

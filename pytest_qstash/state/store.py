@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import islice
+from typing import Any
 
 import httpx
 
@@ -29,8 +30,8 @@ from .dedup import DEFAULT_DEDUP_WINDOW_MS, Deduplication, dedup_key
 from .dlq import DeadLetters
 from .flow_control import FlowKey, FlowKeys
 from .ids import IdGenerator
-from .invocations import report as report_invocation
-from .models import Delivery, DlqEntry, Event, Message, MessageState
+from .invocations import outcome_step
+from .models import Delivery, DlqEntry, Event, Message, MessageState, Waiter
 from .options import MessageOptions, parse_options
 from .plans import DEFAULT_PLAN, PLANS, Plan
 from .queues import Queue, Queues
@@ -44,7 +45,7 @@ from .retry import (
 )
 from .schedules import Schedule, Schedules
 from .url_groups import UnknownDestination, UrlGroup
-from .waiters import Waiters, time_out
+from .waiters import Waiters, new_waiter, resume_step
 from .workflows import WorkflowRun, WorkflowRuns
 
 __all__ = [
@@ -269,7 +270,7 @@ class Store:
             elif kind == "flow":
                 self.wake_flow(event.target)
             elif kind == "wait":
-                time_out(self, event.target, event.generation)
+                self._wait_timed_out(event.target, event.generation)
             else:
                 message = self.live_message(event.target, event.generation)
                 if message is not None and self.may_start(message):
@@ -694,7 +695,86 @@ class Store:
         """A workflow run ended: its waits end with it, and a run another one invoked
         reports its outcome to that run."""
         self.waiters.forget_run(run.run_id)
-        report_invocation(self, run)
+        self._report_invocation(run)
+
+    def _report_invocation(self, run: WorkflowRun) -> Message | None:
+        """When another run invoked ``run``, publish the invoke step back into that run with
+        the outcome (a run that ended since takes nothing)."""
+        invoker = run.invoker
+        if invoker is None or run.state == "RUN_STARTED" or not invoker.url:
+            return None
+        target = self.workflows.get(invoker.run_id)
+        if target is None or not target.active:
+            return None
+        entry = self.dlq.get(run.dlq_id) if run.dlq_id else None
+        url, content, headers = outcome_step(run, None if entry is None else entry.response_body)
+        published, _ = self.publish(url, content, parse_options(headers))
+        return published[0].message
+
+    # -- workflow waits ---------------------------------------------------------------------
+    def wait(
+        self,
+        run: WorkflowRun,
+        event_id: str,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str],
+    ) -> Waiter | Message:
+        """The run waits for ``event_id``: a ``Waiter`` until a notify or its timeout, or, when
+        a notify for the run was kept, the resumed step's message at once (``waiters.py``).
+        ``ValueError`` for a timeout that is not a duration."""
+        now = self.clock.now_ms
+        waiter = new_waiter(run, event_id, body, headers, now, self.waiters.new_id())
+        saved = self.waiters.take_saved(run.run_id, event_id)
+        if saved is not None:
+            return self._resume(waiter, saved)
+        self.waiters.add(waiter)
+        waiter.generation = 1
+        self.clock.schedule(waiter.deadline_ms, "wait", waiter.waiter_id, waiter.generation)
+        return waiter
+
+    def notify(
+        self, event_id: str, data: bytes, run_id: str | None = None
+    ) -> list[tuple[WorkflowRun, Waiter | None, Message | None]]:
+        """Notify ``event_id``: every run waiting for it (``run_id`` None; the event is lost
+        when none waits), or the run ``run_id``, whose notify is kept when it is not waiting.
+        Returns, per run reached, the waiter notified and the message resuming it (both None
+        when kept). ``KeyError`` when ``run_id`` names no active run."""
+        if run_id is not None:
+            run = self.workflows.get(run_id)
+            if run is None or not run.active:
+                raise KeyError(run_id)
+            mine = [w for w in self.waiters.of_event(event_id) if w.run_id == run_id]
+            if not mine:
+                self.waiters.save(run_id, event_id, data)
+                return [(run, None, None)]
+            targets = mine
+        else:
+            targets = self.waiters.of_event(event_id)
+        out: list[tuple[WorkflowRun, Waiter | None, Message | None]] = []
+        for waiter in targets:
+            run = self.workflows.get(waiter.run_id)
+            self.waiters.remove(waiter)
+            if run is None or not run.active:
+                continue
+            out.append((run, waiter, self._resume(waiter, data)))
+        return out
+
+    def _wait_timed_out(self, waiter_id: str, generation: int) -> Message | None:
+        """A wait's timeout came: its step goes back to the run timed out."""
+        waiter = self.waiters.live(waiter_id, generation)
+        if waiter is None:
+            return None
+        self.waiters.remove(waiter)
+        run = self.workflows.get(waiter.run_id)
+        if run is None or not run.active:
+            return None
+        return self._resume(waiter, None)
+
+    def _resume(self, waiter: Waiter, data: bytes | None) -> Message:
+        """Publish the wait step back into its run: notified with ``data``, or timed out."""
+        url, content, headers = resume_step(waiter, data)
+        published, _ = self.publish(url, content, parse_options(headers))
+        return published[0].message
 
     # -- internals --------------------------------------------------------------------------
     def _expression(self, text: str | None) -> RetryDelayExpression | None:
