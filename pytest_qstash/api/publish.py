@@ -32,6 +32,9 @@ def publish(store: Store, request: httpx.Request, destination: str) -> httpx.Res
     # A workflow's context.invoke: the invoked run starts with the body inside the envelope.
     try:
         content, invoker = unwrap_invocation(opts.workflow_headers, request.content)
+        if invoker is not None:
+            # What resumes the invoker must be publishable: now, or 400.
+            invoker.options = parse_options(_invoker_resume_headers(invoker))
     except InvalidOption as exc:
         raise ApiError(400, str(exc)) from None
     check_message(store, opts, content)
@@ -65,6 +68,24 @@ def batch(store: Store, request: httpx.Request) -> httpx.Response:
 
 
 # -- internals ------------------------------------------------------------------------------
+def _invoker_resume_headers(invoker: Invoker) -> dict[str, str]:
+    """The publish headers of the step that resumes ``invoker``: the envelope's, as a step
+    of its run."""
+    headers = dict(invoker.headers)
+    for name in [
+        k for k in headers if k.lower() in ("upstash-workflow-init", "upstash-workflow-calltype")
+    ]:
+        del headers[name]
+    headers.update(
+        {
+            "Upstash-Workflow-Init": "false",
+            "Upstash-Workflow-CallType": "step",
+            "Upstash-Workflow-RunId": invoker.run_id,
+        }
+    )
+    return headers
+
+
 def _record_invoker(store: Store, results: Results, invoker: Invoker) -> None:
     """The run an invoke started remembers its invoker (not a run that existed already)."""
     for item in results[0]:

@@ -52,11 +52,40 @@ def wait(store: Store, request: httpx.Request, event_id: str) -> httpx.Response:
         ):
             raise ApiError(400, f"invalid wait request: {field} must be an http(s) URL")
     try:
-        parse_options({k: v for k, v in headers.items() if k.lower().startswith("upstash-")})
-        store.wait(run, event_id, body, headers)
+        step = rules.step_headers(headers)
+        timeout_headers = rules.header_lists_of(body.get("timeoutHeaders"))
+        notified = parse_options(_resume_headers(step, run.run_id, {}))
+        timed_out = parse_options(_resume_headers(step, run.run_id, timeout_headers))
+        store.wait(run, event_id, body, headers, notified, timed_out)
     except (InvalidOption, ValueError, TypeError) as exc:
         raise ApiError(400, f"invalid wait request: {exc}") from None
     return httpx.Response(200)
+
+
+def _resume_headers(
+    headers: dict[str, str], run_id: str, timeout_headers: dict[str, list[str]]
+) -> dict[str, str]:
+    """The publish headers of a wait step going back into its run: the wait's own, and when
+    timed out, the wait's ``timeoutHeaders`` forwarded."""
+    out = dict(headers)
+    present = {name.lower() for name in out}
+    for name, values in timeout_headers.items():
+        lowered = name.lower()
+        # The run's own protocol headers are in the wait's headers already.
+        if lowered.startswith("upstash-") or f"upstash-forward-{lowered}" in present:
+            continue
+        if values:
+            out[f"Upstash-Forward-{name}"] = values[0]
+    _set(out, "upstash-workflow-init", "false")
+    _set(out, "upstash-workflow-calltype", "step")
+    _set(out, "upstash-workflow-runid", run_id)
+    return out
+
+
+def _set(headers: dict[str, str], name: str, value: str) -> None:
+    for existing in [k for k in headers if k.lower() == name]:
+        del headers[existing]
+    headers[name] = value
 
 
 def notify_event(store: Store, request: httpx.Request, event_id: str) -> httpx.Response:

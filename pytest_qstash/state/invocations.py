@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from .models import Invoker
-from .options import InvalidOption, parse_options
+from .models import Invoker, MessageOptions
+from .options import InvalidOption
 from .workflows import WorkflowRun
 
 _INVOKE = "upstash-workflow-invoke"
@@ -63,16 +63,16 @@ def unwrap(workflow_headers: Mapping[str, str], content: bytes) -> tuple[bytes, 
         step=dict(step) if isinstance(step, dict) else {},
         headers=_single_values(envelope.get("headers")),
     )
-    parse_options(invoker.headers)  # what resumes the invoker must be publishable: now, or 400
     return inner, invoker
 
 
-def outcome_step(run: WorkflowRun, failure_body: str | None) -> tuple[str, bytes, dict[str, str]]:
+def outcome_step(run: WorkflowRun, failure_body: str | None) -> tuple[str, bytes, MessageOptions]:
     """The invoke step that reports ``run``'s end to its invoker: where it goes, its body
-    (the step with ``out`` the outcome) and its publish headers. ``failure_body`` is what the
-    failed run's last attempt answered."""
+    (the step with ``out`` the outcome) and what it is published with. ``failure_body`` is
+    what the failed run's last attempt answered."""
     invoker = run.invoker
     assert invoker is not None
+    assert invoker.options is not None
     result: dict[str, Any] = {
         "isFailed": run.state == "RUN_FAILED",
         "isCanceled": run.state == "RUN_CANCELED",
@@ -82,17 +82,7 @@ def outcome_step(run: WorkflowRun, failure_body: str | None) -> tuple[str, bytes
     elif run.state == "RUN_FAILED":
         result["body"] = failure_body
     step = {**invoker.step, "out": json.dumps(result)}
-    headers = dict(invoker.headers)
-    for name in [k for k in headers if k.lower() in (_INIT, "upstash-workflow-calltype")]:
-        del headers[name]
-    headers.update(
-        {
-            "Upstash-Workflow-Init": "false",
-            "Upstash-Workflow-CallType": "step",
-            "Upstash-Workflow-RunId": invoker.run_id,
-        }
-    )
-    return invoker.url, json.dumps(step).encode(), headers
+    return invoker.url, json.dumps(step).encode(), invoker.options.copy()
 
 
 def _single_values(value: Any) -> dict[str, str]:

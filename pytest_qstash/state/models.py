@@ -7,11 +7,13 @@ Times are stored as integer milliseconds since the epoch (exact, cheap to compar
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
 import httpx
+
+from .retry import RetryDelayExpression
 
 MessageState = Literal[
     "CREATED", "ACTIVE", "RETRY", "ERROR", "DELIVERED", "FAILED", "CANCEL_REQUESTED", "CANCELED"
@@ -48,6 +50,47 @@ class FlowControl:
     parallelism: int | None = None
     rate: int | None = None
     period: int = 1  # seconds, QStash's default when only a key and limits are given
+
+
+@dataclass(slots=True)
+class MessageOptions:
+    """What a publish asks for: the one description of a message to create. The API reads it
+    from a request's ``Upstash-*`` headers (``options.parse_options``); everything the engine
+    publishes itself (callbacks, a wait's or an invoke's step, a retried dead letter, a
+    trigger) builds one directly."""
+
+    method: str = "POST"
+    headers: httpx.Headers = field(default_factory=httpx.Headers)
+    delay_ms: int | None = None
+    not_before_ms: int | None = None
+    retries: int | None = None
+    retry_delay: RetryDelayExpression | None = None
+    timeout_ms: int | None = None
+    callback: str | None = None
+    failure_callback: str | None = None
+    callback_headers: httpx.Headers | None = None
+    failure_callback_headers: httpx.Headers | None = None
+    deduplication_id: str | None = None
+    content_based_deduplication: bool = False
+    label: str | None = None
+    redact: tuple[str, ...] = ()
+    flow_control: FlowControl | None = None
+    #: Options only schedules read.
+    cron: str | None = None
+    schedule_id: str | None = None
+    queue: str | None = None
+    #: The Upstash Workflow protocol headers (``Upstash-Workflow-*``, lower-cased names),
+    #: which tie a message to a run (see ``state/workflows.py``).
+    workflow_headers: dict[str, str] = field(default_factory=dict)
+
+    def copy(self) -> MessageOptions:
+        """An independent copy: publishing it twice creates two messages with their own
+        headers."""
+        return replace(
+            self,
+            headers=httpx.Headers(self.headers),
+            workflow_headers=dict(self.workflow_headers),
+        )
 
 
 @dataclass(eq=False, slots=True)
@@ -358,6 +401,10 @@ class Waiter:
     timeout_body: str | None
     #: The wait step as the SDK sent it (``stepId``, ``stepName``, ``stepType``, ...).
     step: dict[str, Any] = field(repr=False)
+    #: The step's publish back into the run when notified, and when timed out (to
+    #: ``timeout_url``, with ``timeout_headers`` forwarded).
+    options: MessageOptions = field(repr=False)
+    timeout_options: MessageOptions = field(repr=False)
     #: The fake's own id of this wait (what its timeout is planned under).
     waiter_id: str = ""
     #: Which clock event is this waiter's timeout: a stale one (notified since) is skipped.
@@ -399,6 +446,9 @@ class Invoker:
     step: dict[str, Any] = field(repr=False)
     #: The publish headers of the step that resumes the invoker.
     headers: dict[str, str] = field(repr=False)
+    #: What resumes the invoker: the invoke step's publish into its run (read from
+    #: ``headers`` by the API when the invoke is published).
+    options: MessageOptions | None = field(default=None, repr=False)
 
     @property
     def created_at(self) -> datetime | None:

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 
 import httpx
 
 from ..durations import parse_duration_ms
 from .deliverable import Undeliverable, checked_header, checked_url, encoded_headers, is_forwarded
 from .flow_control import MAX_PERIOD_S
-from .models import LATEST_MS, FlowControl
+from .models import LATEST_MS, FlowControl, MessageOptions
+
+__all__ = ["InvalidOption", "MessageOptions", "canonical", "parse_options"]
 from .retry import InvalidRetryDelay, RetryDelayExpression
 
 
@@ -34,33 +35,6 @@ HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 _FORWARD = "upstash-forward-"
 _CALLBACK = "upstash-callback-"
 _FAILURE_CALLBACK = "upstash-failure-callback-"
-
-
-@dataclass(slots=True)
-class MessageOptions:
-    method: str = "POST"
-    headers: httpx.Headers = field(default_factory=httpx.Headers)
-    delay_ms: int | None = None
-    not_before_ms: int | None = None
-    retries: int | None = None
-    retry_delay: RetryDelayExpression | None = None
-    timeout_ms: int | None = None
-    callback: str | None = None
-    failure_callback: str | None = None
-    callback_headers: httpx.Headers | None = None
-    failure_callback_headers: httpx.Headers | None = None
-    deduplication_id: str | None = None
-    content_based_deduplication: bool = False
-    label: str | None = None
-    redact: tuple[str, ...] = ()
-    flow_control: FlowControl | None = None
-    #: Options only schedules read.
-    cron: str | None = None
-    schedule_id: str | None = None
-    queue: str | None = None
-    #: The Upstash Workflow protocol headers (``Upstash-Workflow-*``, lower-cased names),
-    #: which tie a message to a run (see ``state/workflows.py``).
-    workflow_headers: dict[str, str] = field(default_factory=dict)
 
 
 def canonical(name: str) -> str:

@@ -701,14 +701,14 @@ class Store:
         """When another run invoked ``run``, publish the invoke step back into that run with
         the outcome (a run that ended since takes nothing)."""
         invoker = run.invoker
-        if invoker is None or run.state == "RUN_STARTED" or not invoker.url:
+        if invoker is None or run.state == "RUN_STARTED" or not invoker.url or not invoker.options:
             return None
         target = self.workflows.get(invoker.run_id)
         if target is None or not target.active:
             return None
         entry = self.dlq.get(run.dlq_id) if run.dlq_id else None
-        url, content, headers = outcome_step(run, None if entry is None else entry.response_body)
-        published, _ = self.publish(url, content, parse_options(headers))
+        url, content, opts = outcome_step(run, None if entry is None else entry.response_body)
+        published, _ = self.publish(url, content, opts)
         return published[0].message
 
     # -- workflow waits ---------------------------------------------------------------------
@@ -718,12 +718,17 @@ class Store:
         event_id: str,
         body: Mapping[str, Any],
         headers: Mapping[str, str],
+        options: MessageOptions,
+        timeout_options: MessageOptions,
     ) -> Waiter | Message:
         """The run waits for ``event_id``: a ``Waiter`` until a notify or its timeout, or, when
         a notify for the run was kept, the resumed step's message at once (``waiters.py``).
+        ``options`` publish the step when notified, ``timeout_options`` when timed out.
         ``ValueError`` for a timeout that is not a duration."""
         now = self.clock.now_ms
-        waiter = new_waiter(run, event_id, body, headers, now, self.waiters.new_id())
+        waiter = new_waiter(
+            run, event_id, body, headers, now, self.waiters.new_id(), options, timeout_options
+        )
         saved = self.waiters.take_saved(run.run_id, event_id)
         if saved is not None:
             return self._resume(waiter, saved)
@@ -772,8 +777,8 @@ class Store:
 
     def _resume(self, waiter: Waiter, data: bytes | None) -> Message:
         """Publish the wait step back into its run: notified with ``data``, or timed out."""
-        url, content, headers = resume_step(waiter, data)
-        published, _ = self.publish(url, content, parse_options(headers))
+        url, content, opts = resume_step(waiter, data)
+        published, _ = self.publish(url, content, opts)
         return published[0].message
 
     # -- internals --------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..durations import parse_duration_ms
-from .models import LATEST_MS, Waiter
+from .models import LATEST_MS, MessageOptions, Waiter
 from .workflows import WorkflowRun
 
 #: QStash's default wait timeout: seven days.
@@ -111,10 +111,13 @@ def new_waiter(
     headers: Mapping[str, str],
     now_ms: int,
     waiter_id: str,
+    options: MessageOptions,
+    timeout_options: MessageOptions,
 ) -> Waiter:
     """What the run's wait for ``event_id`` is: ``body`` is the wait request's JSON (``url``,
     ``timeout``, ``timeoutUrl``, ``timeoutHeaders``, ``timeoutBody``, ``step``), ``headers``
-    its publish headers. ``ValueError`` for a timeout that is not a duration."""
+    its publish headers; ``options`` publish the step when notified, ``timeout_options`` when
+    timed out. ``ValueError`` for a timeout that is not a duration."""
     timeout = body.get("timeout")
     timeout_ms = (
         DEFAULT_TIMEOUT_MS
@@ -129,13 +132,15 @@ def new_waiter(
         event_id=event_id,
         run_id=run.run_id,
         url=_text(body.get("url")) or run.url,
-        headers={k: v for k, v in headers.items() if k.lower() not in _TRANSPORT},
+        headers=step_headers(headers),
         created_ms=now_ms,
         deadline_ms=now_ms + timeout_ms,
         timeout_url=_text(body.get("timeoutUrl")) or _text(body.get("url")) or run.url,
-        timeout_headers=_header_lists(timeout_headers),
+        timeout_headers=header_lists_of(timeout_headers),
         timeout_body=_text(body.get("timeoutBody")) or None,
         step=dict(step) if isinstance(step, Mapping) else {},
+        options=options,
+        timeout_options=timeout_options,
         waiter_id=waiter_id,
     )
 
@@ -154,44 +159,31 @@ def waiter_json(waiter: Waiter) -> dict[str, Any]:
     return out
 
 
-def resume_step(waiter: Waiter, data: bytes | None) -> tuple[str, bytes, dict[str, str]]:
+def resume_step(waiter: Waiter, data: bytes | None) -> tuple[str, bytes, MessageOptions]:
     """The wait step going back into its run, notified with ``data`` or timed out (None):
-    where it goes, its body and its publish headers."""
+    where it goes, its body and what it is published with."""
     step: dict[str, Any] = {**waiter.step, "waitEventId": waiter.event_id}
-    headers = dict(waiter.headers)
-    url = waiter.url
     if data is None:
         step.pop("out", None)
         step["waitTimeout"] = True
-        url = waiter.timeout_url
-        present = {name.lower() for name in headers}
-        for name, values in waiter.timeout_headers.items():
-            lowered = name.lower()
-            # The run's own protocol headers are in the wait's headers already.
-            if lowered.startswith("upstash-") or f"upstash-forward-{lowered}" in present:
-                continue
-            if values:
-                headers[f"Upstash-Forward-{name}"] = values[0]
+        url, opts = waiter.timeout_url, waiter.timeout_options
     else:
         step["out"] = base64.b64encode(data).decode("ascii")
         step["waitTimeout"] = False
-    _set(headers, "upstash-workflow-init", "false")
-    _set(headers, "upstash-workflow-calltype", "step")
-    _set(headers, "upstash-workflow-runid", waiter.run_id)
-    return url, json.dumps(step).encode(), headers
+        url, opts = waiter.url, waiter.options
+    return url, json.dumps(step).encode(), opts.copy()
 
 
-def _set(headers: dict[str, str], name: str, value: str) -> None:
-    for existing in [k for k in headers if k.lower() == name]:
-        del headers[existing]
-    headers[name] = value
+def step_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """A wait request's headers that are the step's publish headers (not its transport's)."""
+    return {k: v for k, v in headers.items() if k.lower() not in _TRANSPORT}
 
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _header_lists(value: Any) -> dict[str, list[str]]:
+def header_lists_of(value: Any) -> dict[str, list[str]]:
     if not isinstance(value, Mapping):
         return {}
     out: dict[str, list[str]] = {}
