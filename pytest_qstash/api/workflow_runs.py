@@ -10,7 +10,8 @@ import httpx
 
 from ..state.options import InvalidOption, parse_options
 from ..state.store import Store
-from ..state.trigger import trigger_request
+from ..state.trigger import start_run
+from ..state.workflows import WorkflowRun
 from ._http import ApiError, json_response, read_json
 
 
@@ -64,3 +65,29 @@ def batch_trigger(store: Store, request: httpx.Request) -> httpx.Response:
             }
         )
     return json_response(out, 201)
+
+
+def trigger_request(
+    store: Store, url: str, content: bytes, headers: httpx.Headers
+) -> tuple[WorkflowRun, bool]:
+    """Start a run as ``POST /v2/trigger/{url}`` does: the request's ``Upstash-*`` headers
+    (retries, delay, label, flow control, failure callback and its ``-Forward-*`` headers,
+    ``Upstash-Forward-*``) become the run's settings, for every step; the run id is
+    ``Upstash-Workflow-RunId`` or a new one. The failure callback goes, unless the request
+    names one, to the workflow URL (where ``serve()``'s failure function answers). Returns the
+    run and whether it existed already (a trigger naming a run id twice starts it once).
+    Raises ``InvalidOption`` for a bad header (nothing is published then)."""
+    if not url.startswith(("http://", "https://")):
+        raise InvalidOption(f"invalid workflow url {url!r}: expected an http:// or https:// URL")
+    run_id = (headers.get("upstash-workflow-runid") or "").strip() or "wfr_" + store.ids.token(21)
+    existing = store.workflows.get(run_id)
+    if existing is not None:
+        return existing, True
+    publish: dict[str, str] = {}
+    for name, value in headers.multi_items():
+        lowered = name.lower()
+        if lowered == "content-type" or (
+            lowered.startswith("upstash-") and not lowered.startswith("upstash-workflow-")
+        ):
+            publish[lowered] = value
+    return start_run(store, url, content, parse_options(publish), run_id, url)

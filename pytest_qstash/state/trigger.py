@@ -1,5 +1,6 @@
-"""Starting a workflow run as a workflow client does (``qstash.trigger``): the init message,
-published straight into the store with the headers the Upstash workflow clients send.
+"""Starting a workflow run as a workflow client does: the init message, with what the Upstash
+workflow clients send, published straight into the store. ``qstash.trigger`` builds its
+options here; ``POST /v2/trigger`` reads them from the request and starts the run here too.
 
 No HTTP is involved: the test acts as the outside world, as ``qstash.notify`` does.
 """
@@ -13,8 +14,15 @@ from typing import Any, Literal
 
 import httpx
 
-from .deliverable import checked_header, checked_url
-from .options import InvalidOption, parse_options
+from .deliverable import (
+    Undeliverable,
+    checked_header,
+    checked_url,
+    encoded_headers,
+    is_forwarded,
+)
+from .models import MessageOptions
+from .options import InvalidOption, canonical
 from .store import Store
 from .workflows import WorkflowRun
 
@@ -63,56 +71,35 @@ def trigger_run(
     run_id = run_id or "wfr_" + store.ids.token(21)
     if store.workflows.get(run_id) is not None:
         raise ValueError(f"a workflow run {run_id!r} already exists")
+    if retries is not None and (type(retries) is not int or retries < 0):
+        raise ValueError(
+            f"invalid Upstash-Retries {str(retries)!r}: expected a whole number of retries (a "
+            "non-negative integer)"
+        )
+    if label is not None and (not isinstance(label, str) or not label.strip()):
+        raise ValueError(f"invalid label {label!r}: expected a non-empty string")
     content, content_type = _payload(body)
-    publish: dict[str, str] = {}
-    forwarded: dict[str, str] = {}
-    for name, value in (headers or {}).items():
-        if name.lower() == "content-type":
-            content_type = value  # QStash honours the top-level Content-Type only
-        else:
-            forwarded[name] = value
-            publish[f"Upstash-Forward-{name}"] = value
-    publish.update(
-        {
-            "Content-Type": content_type,
-            "Upstash-Workflow-Init": "true",
-            "Upstash-Workflow-RunId": run_id,
-            "Upstash-Workflow-Url": url,
-            "Upstash-Feature-Set": FEATURE_SET,
-            f"Upstash-Forward-{SDK_VERSION_HEADER}": "1",
-        }
-    )
-    if retries is not None:
-        publish["Upstash-Retries"] = str(retries)
-    if label is not None:
-        if not isinstance(label, str) or not label.strip():
-            raise ValueError(f"invalid label {label!r}: expected a non-empty string")
-        publish["Upstash-Label"] = label
-    implicit_failure_url = failure_url is None
-    if failure_url is None:
-        failure_url = url
-    if failure_url:
-        # What the workflow SDKs send with a failure URL: the failure call names the run and
-        # carries the user's headers too (a failure_function reads them).
-        publish["Upstash-Failure-Callback"] = failure_url
-        publish["Upstash-Failure-Callback-Forward-Upstash-Workflow-Is-Failure"] = "true"
-        publish["Upstash-Failure-Callback-Forward-Upstash-Workflow-Failure-Callback"] = "true"
-        publish["Upstash-Failure-Callback-Workflow-Runid"] = run_id
-        publish["Upstash-Failure-Callback-Workflow-Init"] = "false"
-        publish["Upstash-Failure-Callback-Workflow-Url"] = url
-        publish["Upstash-Failure-Callback-Workflow-Calltype"] = "failureCall"
-        publish["Upstash-Failure-Callback-Feature-Set"] = "LazyFetch,InitialBody"
-        for name, value in forwarded.items():
-            publish[f"Upstash-Failure-Callback-Forward-{name}"] = value
-        if retries is not None:
-            publish["Upstash-Failure-Callback-Retries"] = str(retries)
+    forwarded: list[tuple[str, str]] = []
     try:
-        opts = parse_options(publish)
-    except InvalidOption as exc:
+        for name, value in (headers or {}).items():
+            if name.lower() == "content-type":
+                # QStash honours the top-level Content-Type only.
+                content_type = checked_header("Content-Type", value, "Content-Type")
+                continue
+            value = checked_header(name, value, canonical(f"Upstash-Forward-{name}"))
+            if is_forwarded(name):
+                forwarded.append((canonical(name), value))
+    except Undeliverable as exc:
         raise ValueError(str(exc)) from None
-    store.publish(url, content, opts)
-    run = store.workflows.get(run_id)
-    if run is not None and implicit_failure_url:
+    opts = MessageOptions(
+        headers=encoded_headers([*forwarded, ("Content-Type", content_type)]),
+        retries=retries,
+        label=label.strip() if label is not None else None,
+    )
+    implicit_failure_url = failure_url is None
+    failure = url if failure_url is None else failure_url or None
+    run, _ = start_run(store, url, content, opts, run_id, failure)
+    if implicit_failure_url:
         # The default failure URL (the workflow URL) is for the first delivery only: a
         # Python serve() without a failure_function cannot answer a failure callback, and
         # one with it sends its own with every step.
@@ -120,54 +107,41 @@ def trigger_run(
     return run_id
 
 
-def _payload(body: Any) -> tuple[bytes, str]:
-    if body is None:
-        return b"", "application/json"
-    if isinstance(body, bytes):
-        return body, "application/octet-stream"
-    if isinstance(body, str):
-        return body.encode(), "text/plain"
-    # As the SDK's own init publish does: anything else is sent as JSON.
-    return json.dumps(body).encode(), "application/json"
-
-
-def trigger_request(
-    store: Store, url: str, content: bytes, headers: httpx.Headers
+def start_run(
+    store: Store,
+    url: str,
+    content: bytes,
+    opts: MessageOptions,
+    run_id: str,
+    failure_url: str | None,
 ) -> tuple[WorkflowRun, bool]:
-    """Start a run as ``POST /v2/trigger/{url}`` does: the request's ``Upstash-*`` headers
-    (retries, delay, label, flow control, failure callback and its ``-Forward-*`` headers,
-    ``Upstash-Forward-*``) become the run's settings, for every step; the run id is
-    ``Upstash-Workflow-RunId`` or a new one. The failure callback goes, unless the request
-    names one, to the workflow URL (where ``serve()``'s failure function answers). Returns the
-    run and whether it existed already (a trigger naming a run id twice starts it once).
-    Raises ``InvalidOption`` for a bad header (nothing is published then)."""
-    if not url.startswith(("http://", "https://")):
-        raise InvalidOption(f"invalid workflow url {url!r}: expected an http:// or https:// URL")
-    run_id = (headers.get("upstash-workflow-runid") or "").strip() or "wfr_" + store.ids.token(21)
-    existing = store.workflows.get(run_id)
-    if existing is not None:
-        return existing, True
-    publish: dict[str, str] = {}
-    for name, value in headers.multi_items():
-        lowered = name.lower()
-        if lowered == "content-type" or (
-            lowered.startswith("upstash-") and not lowered.startswith("upstash-workflow-")
-        ):
-            publish[lowered] = value
-    publish.setdefault("content-type", "application/json")
-    publish.update(
-        {
-            "upstash-workflow-init": "true",
-            "upstash-workflow-runid": run_id,
-            "upstash-workflow-url": url,
-            "upstash-feature-set": FEATURE_SET,
-            f"upstash-forward-{SDK_VERSION_HEADER.lower()}": "1",
-        }
+    """Publish the init message of run ``run_id`` at ``url`` as the workflow clients do:
+    ``opts`` (its forwarded headers, retries, label, flow control, delay, ...) with the
+    protocol's own, and, when it names a failure callback or ``failure_url`` is given, the
+    failure call that makes that callback a message of the run. Returns the run and whether
+    it existed already (the init was deduplicated against an earlier one). Raises
+    ``InvalidOption`` when it was deduplicated against a message that started no run."""
+    opts = opts.copy()
+    raw = [
+        (name.decode(opts.headers.encoding), value.decode(opts.headers.encoding))
+        for name, value in opts.headers.raw
+    ]
+    user = [(name, value) for name, value in raw if name.lower() != "content-type"]
+    content_type = opts.headers.get("content-type", "application/json")
+    # A run's message forwards the version (the SDK reads it); its own Content-Type last.
+    opts.headers = encoded_headers(
+        [*user, (SDK_VERSION_HEADER, "1"), ("Content-Type", content_type)],
     )
-    publish.setdefault("upstash-failure-callback", url)
-    for name, value in _failure_call_headers(run_id, url, publish).items():
-        publish.setdefault(name, value)
-    opts = parse_options(publish)
+    opts.workflow_headers = {
+        "upstash-workflow-init": "true",
+        "upstash-workflow-runid": run_id,
+        "upstash-workflow-url": url,
+        "upstash-feature-set": FEATURE_SET,
+    }
+    if opts.failure_callback is None:
+        opts.failure_callback = failure_url
+    if opts.failure_callback is not None:
+        opts.failure_callback_headers = _with_failure_call(opts, run_id, url, user)
     published, _ = store.publish(url, content, opts)
     run = store.workflows.get(run_id)
     if run is not None:
@@ -184,21 +158,45 @@ def trigger_request(
     return run, True
 
 
-def _failure_call_headers(run_id: str, url: str, publish: Mapping[str, str]) -> dict[str, str]:
-    """What makes the failure callback a message of the run (as the workflow SDKs send it),
-    with the run's forwarded headers and retries."""
-    out = {
-        "upstash-failure-callback-forward-upstash-workflow-is-failure": "true",
-        "upstash-failure-callback-forward-upstash-workflow-failure-callback": "true",
-        "upstash-failure-callback-workflow-runid": run_id,
-        "upstash-failure-callback-workflow-init": "false",
-        "upstash-failure-callback-workflow-url": url,
-        "upstash-failure-callback-workflow-calltype": "failureCall",
-        "upstash-failure-callback-feature-set": "LazyFetch,InitialBody",
-    }
-    for name, value in publish.items():
-        if name.startswith("upstash-forward-"):
-            out.setdefault("upstash-failure-callback-" + name[len("upstash-") :], value)
-    if "upstash-retries" in publish:
-        out.setdefault("upstash-failure-callback-retries", publish["upstash-retries"])
-    return out
+def _with_failure_call(
+    opts: MessageOptions, run_id: str, url: str, user: list[tuple[str, str]]
+) -> httpx.Headers:
+    """The failure callback's headers: what makes the callback a message of the run (as the
+    workflow SDKs send it), with the run's forwarded user headers and retries, under the
+    ones the publish set itself."""
+    prefix = "Upstash-Failure-Callback-"
+    own = opts.failure_callback_headers
+    items = (
+        []
+        if own is None
+        else [(n.decode(own.encoding), v.decode(own.encoding)) for n, v in own.raw]
+    )
+    present = {name.lower() for name, _ in items}
+    added = [
+        ("Forward-Upstash-Workflow-Is-Failure", "true"),
+        ("Forward-Upstash-Workflow-Failure-Callback", "true"),
+        ("Workflow-Runid", run_id),
+        ("Workflow-Init", "false"),
+        ("Workflow-Url", url),
+        ("Workflow-Calltype", "failureCall"),
+        ("Feature-Set", "LazyFetch,InitialBody"),
+        *((f"Forward-{name}", value) for name, value in user),
+    ]
+    if opts.retries is not None:
+        added.append(("Retries", str(opts.retries)))
+    for name, value in added:
+        if (prefix + name).lower() not in present:
+            present.add((prefix + name).lower())
+            items.append((prefix + name, value))
+    return encoded_headers(items)
+
+
+def _payload(body: Any) -> tuple[bytes, str]:
+    if body is None:
+        return b"", "application/json"
+    if isinstance(body, bytes):
+        return body, "application/octet-stream"
+    if isinstance(body, str):
+        return body.encode(), "text/plain"
+    # As the SDK's own init publish does: anything else is sent as JSON.
+    return json.dumps(body).encode(), "application/json"
