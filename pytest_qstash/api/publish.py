@@ -14,7 +14,6 @@ from ..state.options import (
     InvalidOption,
     MessageOptions,
     check_due_in_range,
-    derived_options,
     parse_options,
 )
 from ..state.store import Published, Store, UnknownDestination
@@ -166,12 +165,10 @@ def _checked_options(store: Store, headers: Mapping[str, str]) -> MessageOptions
 
 def publish_options(store: Store, headers: Mapping[str, str]) -> MessageOptions:
     """The ``Upstash-*`` options of a publish (or a schedule's), 400 when one is invalid:
-    callback options are checked now too, not when the callback is due."""
+    callback options are read now too (``parse_options``), not when the callback is due."""
     try:
         opts = parse_options(headers)
         check_due_in_range(opts, store.clock.now_ms)
-        parse_options(derived_options(opts.callback_headers, "upstash-callback-"))
-        parse_options(derived_options(opts.failure_callback_headers, "upstash-failure-callback-"))
     except InvalidOption as exc:
         raise ApiError(400, str(exc)) from None
     return opts

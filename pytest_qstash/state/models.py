@@ -70,6 +70,10 @@ class MessageOptions:
     failure_callback: str | None = None
     callback_headers: httpx.Headers | None = None
     failure_callback_headers: httpx.Headers | None = None
+    #: What the callback messages are published with (``Upstash-Callback-Retries`` is the
+    #: callback's ``retries``, ...): read from the prefixed headers with the rest.
+    callback_options: MessageOptions | None = None
+    failure_callback_options: MessageOptions | None = None
     deduplication_id: str | None = None
     content_based_deduplication: bool = False
     label: str | None = None
@@ -186,6 +190,9 @@ class Message:
     #: Raw ``Upstash-Callback-*`` / ``Upstash-Failure-Callback-*`` headers, prefix kept.
     callback_headers: httpx.Headers | None = None
     failure_callback_headers: httpx.Headers | None = None
+    #: What its callback messages are published with (from those headers).
+    callback_options: MessageOptions | None = field(default=None, repr=False)
+    failure_callback_options: MessageOptions | None = field(default=None, repr=False)
     flow_control: FlowControl | None = None
     redact: tuple[str, ...] = ()
     caller_ip: str = "127.0.0.1"

@@ -80,8 +80,14 @@ def parse_options(headers: Mapping[str, str]) -> MessageOptions:
     # Kept as bytes in the encoding they came in: text beyond ASCII is delivered as sent.
     encoding = headers.encoding if isinstance(headers, httpx.Headers) else "utf-8"
     opts.headers = encoded_headers(_last_wins(forwarded), encoding)
-    opts.callback_headers = encoded_headers(callback, encoding) if callback else None
-    opts.failure_callback_headers = encoded_headers(failure, encoding) if failure else None
+    if callback:
+        opts.callback_headers = encoded_headers(callback, encoding)
+        opts.callback_options = parse_options(_derived(opts.callback_headers, _CALLBACK))
+    if failure:
+        opts.failure_callback_headers = encoded_headers(failure, encoding)
+        opts.failure_callback_options = parse_options(
+            _derived(opts.failure_callback_headers, _FAILURE_CALLBACK)
+        )
     return opts
 
 
@@ -93,7 +99,7 @@ def header_lists(headers: httpx.Headers) -> dict[str, list[str]]:
     return out
 
 
-def derived_options(prefixed: httpx.Headers | None, prefix: str) -> dict[str, str]:
+def _derived(prefixed: httpx.Headers | None, prefix: str) -> dict[str, str]:
     """The publish headers a callback is sent with: ``Upstash-Callback-Retries`` becomes
     ``Upstash-Retries``, ``Upstash-Callback-Forward-X`` becomes ``Upstash-Forward-X``."""
     if not prefixed:

@@ -33,6 +33,7 @@ class RunSettings:
     timeout_ms: int | None = None
     failure_callback: str | None = None
     failure_callback_headers: httpx.Headers | None = None
+    failure_callback_options: MessageOptions | None = None
     label: str | None = None
     flow_control: FlowControl | None = None
     #: Whether later steps inherit these (the init announced ``WF_TriggerOnConfig``).
@@ -48,6 +49,7 @@ class RunSettings:
             timeout_ms=opts.timeout_ms,
             failure_callback=opts.failure_callback,
             failure_callback_headers=opts.failure_callback_headers,
+            failure_callback_options=opts.failure_callback_options,
             label=opts.label,
             flow_control=opts.flow_control,
             run_wide=TRIGGER_ON_CONFIG in (part.strip() for part in features.split(",")),
@@ -75,6 +77,7 @@ class RunSettings:
         if opts.failure_callback is None and self.failure_callback is not None:
             opts.failure_callback = self.failure_callback
             opts.failure_callback_headers = self.failure_callback_headers
+            opts.failure_callback_options = self.failure_callback_options
         if opts.label is None:
             opts.label = self.label
         if opts.flow_control is None:

@@ -166,6 +166,8 @@ class Store:
             failure_callback=opts.failure_callback,
             callback_headers=opts.callback_headers,
             failure_callback_headers=opts.failure_callback_headers,
+            callback_options=opts.callback_options,
+            failure_callback_options=opts.failure_callback_options,
             flow_control=opts.flow_control,
             redact=opts.redact,
             callback_for=callback_for,

@@ -103,7 +103,12 @@ def trigger_run(
         # The default failure URL (the workflow URL) is for the first delivery only: a
         # Python serve() without a failure_function cannot answer a failure callback, and
         # one with it sends its own with every step.
-        run.settings = replace(run.settings, failure_callback=None, failure_callback_headers=None)
+        run.settings = replace(
+            run.settings,
+            failure_callback=None,
+            failure_callback_headers=None,
+            failure_callback_options=None,
+        )
     return run_id
 
 
@@ -122,11 +127,7 @@ def start_run(
     it existed already (the init was deduplicated against an earlier one). Raises
     ``InvalidOption`` when it was deduplicated against a message that started no run."""
     opts = opts.copy()
-    raw = [
-        (name.decode(opts.headers.encoding), value.decode(opts.headers.encoding))
-        for name, value in opts.headers.raw
-    ]
-    user = [(name, value) for name, value in raw if name.lower() != "content-type"]
+    user = [(name, value) for name, value in _items(opts.headers) if name.lower() != "content-type"]
     content_type = opts.headers.get("content-type", "application/json")
     # A run's message forwards the version (the SDK reads it); its own Content-Type last.
     opts.headers = encoded_headers(
@@ -141,7 +142,8 @@ def start_run(
     if opts.failure_callback is None:
         opts.failure_callback = failure_url
     if opts.failure_callback is not None:
-        opts.failure_callback_headers = _with_failure_call(opts, run_id, url, user)
+        shown, call = _failure_call(opts, run_id, url, user)
+        opts.failure_callback_headers, opts.failure_callback_options = shown, call
     published, _ = store.publish(url, content, opts)
     run = store.workflows.get(run_id)
     if run is not None:
@@ -158,37 +160,56 @@ def start_run(
     return run, True
 
 
-def _with_failure_call(
+def _failure_call(
     opts: MessageOptions, run_id: str, url: str, user: list[tuple[str, str]]
-) -> httpx.Headers:
-    """The failure callback's headers: what makes the callback a message of the run (as the
-    workflow SDKs send it), with the run's forwarded user headers and retries, under the
-    ones the publish set itself."""
-    prefix = "Upstash-Failure-Callback-"
-    own = opts.failure_callback_headers
-    items = (
-        []
-        if own is None
-        else [(n.decode(own.encoding), v.decode(own.encoding)) for n, v in own.raw]
-    )
-    present = {name.lower() for name, _ in items}
-    added = [
-        ("Forward-Upstash-Workflow-Is-Failure", "true"),
-        ("Forward-Upstash-Workflow-Failure-Callback", "true"),
-        ("Workflow-Runid", run_id),
-        ("Workflow-Init", "false"),
-        ("Workflow-Url", url),
-        ("Workflow-Calltype", "failureCall"),
-        ("Feature-Set", "LazyFetch,InitialBody"),
-        *((f"Forward-{name}", value) for name, value in user),
+) -> tuple[httpx.Headers, MessageOptions]:
+    """What makes the failure callback a message of the run, as the workflow SDKs send it,
+    with the run's forwarded user headers and retries, under what the publish set itself:
+    its ``Upstash-Failure-Callback-*`` headers (as QStash shows them) and the options they
+    say."""
+    protocol = {
+        "Workflow-Runid": run_id,
+        "Workflow-Init": "false",
+        "Workflow-Url": url,
+        "Workflow-Calltype": "failureCall",
+        "Feature-Set": "LazyFetch,InitialBody",
+    }
+    forwards = [
+        ("Upstash-Workflow-Is-Failure", "true"),
+        ("Upstash-Workflow-Failure-Callback", "true"),
+        *user,
     ]
-    if opts.retries is not None:
-        added.append(("Retries", str(opts.retries)))
-    for name, value in added:
+    prefix = "Upstash-Failure-Callback-"
+    given = [
+        *((f"Forward-{name}", value) for name, value in forwards),
+        *protocol.items(),
+        *([] if opts.retries is None else [("Retries", str(opts.retries))]),
+    ]
+    shown = _items(opts.failure_callback_headers)
+    present = {name.lower() for name, _ in shown}
+    for name, value in given:
         if (prefix + name).lower() not in present:
             present.add((prefix + name).lower())
-            items.append((prefix + name, value))
-    return encoded_headers(items)
+            shown.append((prefix + name, value))
+
+    own = opts.failure_callback_options
+    call = own.copy() if own is not None else MessageOptions()
+    for name, value in protocol.items():
+        call.workflow_headers.setdefault(f"upstash-{name.lower()}", value)
+    kept = _items(call.headers)
+    names = {name.lower() for name, _ in kept}
+    kept += [(n, v) for n, v in forwards if n.lower() not in names and is_forwarded(n)]
+    call.headers = encoded_headers(kept)
+    if call.retries is None:
+        call.retries = opts.retries
+    return encoded_headers(shown), call
+
+
+def _items(headers: httpx.Headers | None) -> list[tuple[str, str]]:
+    """Headers as (name, value) text, names as they were given."""
+    if headers is None:
+        return []
+    return [(n.decode(headers.encoding), v.decode(headers.encoding)) for n, v in headers.raw]
 
 
 def _payload(body: Any) -> tuple[bytes, str]:

@@ -194,6 +194,11 @@ def _new_run(store: Store, failed: WorkflowDlqEntry, headers: Mapping[str, str])
     if settings.failure_callback_headers is not None:
         retargeted = httpx.Headers(_retargeted(settings.failure_callback_headers, run_id))
         settings = replace(settings, failure_callback_headers=retargeted)
+    if settings.failure_callback_options is not None:
+        call = settings.failure_callback_options.copy()
+        if "upstash-workflow-runid" in call.workflow_headers:
+            call.workflow_headers["upstash-workflow-runid"] = run_id
+        settings = replace(settings, failure_callback_options=call)
     return store.workflows.start(
         run_id, failed.run.url, store.clock.now_ms, settings, resumed_from=failed.dlq_id
     )
