@@ -46,7 +46,7 @@ from .state.models import (
     Waiter,
     ms_to_datetime,
 )
-from .state.options import InvalidOption
+from .state.options import InvalidOption, check_due_in_range, parse_options
 from .state.plans import DEFAULT_PLAN, plan_named
 from .state.queues import Queue
 from .state.retry import DEFAULT_RETRIES
@@ -647,12 +647,15 @@ class FakeQStash:
         retries: int | None,
         headers: dict[str, str] | None,
     ) -> WorkflowRun:
-        overrides = dict(headers or {})
+        named = {k: v for k, v in (headers or {}).items() if k.lower().startswith("upstash-")}
         if retries is not None:
             if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
                 raise ValueError(f"invalid retries {retries!r}: expected an int >= 0")
-            overrides["Upstash-Retries"] = str(retries)
+            named["Upstash-Retries"] = str(retries)
         try:
+            overrides = parse_options(named) if named else None
+            if overrides is not None:
+                check_due_in_range(overrides, self.store.clock.now_ms)
             return action(self.store, _dlq_id(dlq_id), overrides)
         except InvalidOption as exc:
             raise ValueError(str(exc)) from None

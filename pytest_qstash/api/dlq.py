@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from ..state.models import DlqEntry
-from ..state.options import InvalidOption, check_due_in_range, parse_options
+from ..state.options import InvalidOption, MessageOptions, check_due_in_range, parse_options
 from ..state.store import Store
 from . import workflow_dlq
 from ._http import (
@@ -133,15 +133,16 @@ def _entry(store: Store, dlq_id: str) -> DlqEntry:
     return entry
 
 
-def _overrides(store: Store, headers: httpx.Headers) -> dict[str, str]:
+def _overrides(store: Store, headers: httpx.Headers) -> MessageOptions:
     """The retry request's ``Upstash-*`` headers, refused (400) before anything is retried
     when one of them is not a valid option."""
     overrides = {name: value for name, value in headers.items() if name.startswith("upstash-")}
     try:
-        check_due_in_range(parse_options(overrides), store.clock.now_ms)
+        opts = parse_options(overrides)
+        check_due_in_range(opts, store.clock.now_ms)
     except InvalidOption as exc:
         raise ApiError(400, str(exc)) from None
-    return overrides
+    return opts
 
 
 def _targets(request: httpx.Request) -> tuple[list[str] | None, Filters]:

@@ -54,7 +54,7 @@ def callback_payload(
 
 def callback_options(source: Message, *, failure: bool) -> MessageOptions:
     """The callback message's options, from the source's prefixed callback headers."""
-    given = source.failure_callback_options if failure else source.callback_options
+    given = source.options.failure_callback_options if failure else source.options.callback_options
     opts = given.copy() if given is not None else MessageOptions()
     opts.headers["Content-Type"] = opts.headers.get("Content-Type", "application/json")
     return opts

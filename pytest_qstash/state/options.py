@@ -64,6 +64,11 @@ def parse_options(headers: Mapping[str, str]) -> MessageOptions:
             callback.append((raw_name, value))
         elif name.startswith("upstash-"):
             _apply(opts, name, value.strip())
+            field_name = _FIELDS.get(name)
+            if field_name is None and name.startswith("upstash-workflow-"):
+                field_name = "workflow_headers"
+            if field_name is not None:
+                opts.given.add(field_name)
     if opts.delay_ms is not None and opts.not_before_ms is not None:
         opts.delay_ms = None  # Upstash-Not-Before wins over Upstash-Delay
     if opts.flow_control is not None and not opts.flow_control.key:
@@ -80,10 +85,14 @@ def parse_options(headers: Mapping[str, str]) -> MessageOptions:
     # Kept as bytes in the encoding they came in: text beyond ASCII is delivered as sent.
     encoding = headers.encoding if isinstance(headers, httpx.Headers) else "utf-8"
     opts.headers = encoded_headers(_last_wins(forwarded), encoding)
+    if forwarded or content_type is not None:
+        opts.given.add("headers")
     if callback:
+        opts.given.update(("callback_headers", "callback_options"))
         opts.callback_headers = encoded_headers(callback, encoding)
         opts.callback_options = parse_options(_derived(opts.callback_headers, _CALLBACK))
     if failure:
+        opts.given.update(("failure_callback_headers", "failure_callback_options"))
         opts.failure_callback_headers = encoded_headers(failure, encoding)
         opts.failure_callback_options = parse_options(
             _derived(opts.failure_callback_headers, _FAILURE_CALLBACK)
@@ -123,6 +132,29 @@ def _last_wins(items: list[tuple[str, str]]) -> list[tuple[str, str]]:
     for name, value in items:
         latest[name.lower()] = (name, value)
     return list(latest.values())
+
+
+#: The option each ``Upstash-*`` header sets (what ``MessageOptions.given`` records).
+_FIELDS = {
+    "upstash-method": "method",
+    "upstash-delay": "delay_ms",
+    "upstash-not-before": "not_before_ms",
+    "upstash-retries": "retries",
+    "upstash-retry-delay": "retry_delay",
+    "upstash-timeout": "timeout_ms",
+    "upstash-callback": "callback",
+    "upstash-failure-callback": "failure_callback",
+    "upstash-deduplication-id": "deduplication_id",
+    "upstash-content-based-deduplication": "content_based_deduplication",
+    "upstash-label": "label",
+    "upstash-redact-fields": "redact",
+    "upstash-flow-control-key": "flow_control_key",
+    "upstash-flow-control-value": "flow_control_value",
+    "upstash-cron": "cron",
+    "upstash-schedule-id": "schedule_id",
+    "upstash-queue-name": "queue",
+    "upstash-feature-set": "workflow_headers",
+}
 
 
 def _apply(opts: MessageOptions, name: str, value: str) -> None:

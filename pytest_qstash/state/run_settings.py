@@ -10,13 +10,11 @@ feature set: they are what the logs, the workflow DLQ and bulk cancel filter on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import httpx
 
-from .models import FlowControl, split_labels
-from .options import MessageOptions, parse_options
+from .models import FlowControl, MessageOptions, split_labels
 from .retry import RetryDelayExpression
 
 #: The feature a workflow client sends when its trigger's configuration is the run's.
@@ -83,15 +81,14 @@ class RunSettings:
         if opts.flow_control is None:
             opts.flow_control = self.flow_control
 
-    def overridden(self, headers: Mapping[str, str]) -> RunSettings:
-        """These settings with a resume's or restart's ``Upstash-*`` overrides (``Upstash-
-        Retries``, ``-Retry-Delay``, ``-Flow-Control-*``, ``-Label``, ``-Failure-Callback``).
-        Raises ``InvalidOption`` for a bad value."""
-        given = parse_options(headers)
+    def overridden(self, given: MessageOptions, *, run_wide: bool) -> RunSettings:
+        """These settings with a resume's or restart's overrides (retries, retry delay, flow
+        control, label, failure callback: what ``given`` sets). ``run_wide``: whether the
+        request named any option; overrides are for the remaining steps, so they then hold
+        run-wide whatever the trigger said."""
         changed = replace(
             self,
-            # Overrides are for the remaining steps: they hold run-wide whatever the trigger.
-            run_wide=self.run_wide or bool(headers),
+            run_wide=self.run_wide or run_wide,
             retries=self.retries if given.retries is None else given.retries,
             retry_delay=given.retry_delay or self.retry_delay,
             label=given.label or self.label,

@@ -32,14 +32,13 @@ from .flow_control import FlowKey, FlowKeys
 from .ids import IdGenerator
 from .invocations import outcome_step
 from .models import Delivery, DlqEntry, Event, Message, MessageState, Waiter
-from .options import MessageOptions, parse_options
+from .options import MessageOptions
 from .plans import DEFAULT_PLAN, PLANS, Plan
 from .queues import Queue, Queues
 from .rejections import RejectedCalls
 from .retry import (
     DEFAULT_RETRIES,
     InvalidRetryDelay,
-    RetryDelayExpression,
     default_backoff_ms,
     next_retry_delay_ms,
 )
@@ -93,7 +92,6 @@ class Store:
         self._generation: dict[str, int] = {}
         #: The message whose delivery is running: what it publishes is its cascade.
         self.delivering: Message | None = None
-        self._expressions: dict[str, RetryDelayExpression] = {}
         #: Callback messages not finished yet, by the message they report on: a queued
         #: message keeps its slot until they are done, as on QStash.
         self._callbacks_pending: dict[str, set[str]] = {}
@@ -138,6 +136,7 @@ class Store:
     ) -> Message:
         now = self.clock.now_ms
         if opts.workflow_headers:
+            opts = opts.copy()  # a schedule's options, say, serve every firing
             self.workflows.inherit(opts)  # a later step takes its run's trigger settings
         if opts.not_before_ms is not None:
             not_before = opts.not_before_ms
@@ -147,29 +146,15 @@ class Store:
         message = Message(
             message_id=self.ids.message_id(),
             url=url,
-            method=opts.method,
-            headers=opts.headers,
             content=content,
             created_ms=now,
             not_before_ms=not_before,
             max_retries=self.default_retries if retries is None else retries,
+            options=opts,
             queue=queue,
             url_group=url_group,
             endpoint_name=endpoint_name,
             schedule_id=schedule_id,
-            label=opts.label,
-            deduplication_id=opts.deduplication_id,
-            content_based_deduplication=opts.content_based_deduplication,
-            retry_delay=opts.retry_delay.text if opts.retry_delay else None,
-            timeout_ms=opts.timeout_ms,
-            callback=opts.callback,
-            failure_callback=opts.failure_callback,
-            callback_headers=opts.callback_headers,
-            failure_callback_headers=opts.failure_callback_headers,
-            callback_options=opts.callback_options,
-            failure_callback_options=opts.failure_callback_options,
-            flow_control=opts.flow_control,
-            redact=opts.redact,
             callback_for=callback_for,
         )
         parent = self.delivering
@@ -439,7 +424,7 @@ class Store:
         try:
             delay = next_retry_delay_ms(
                 retried=message.retried,
-                expression=self._expression(message.retry_delay),
+                expression=message.options.retry_delay,
                 response_headers=result.headers,
                 now_ms=self.clock.now_ms,
             )
@@ -504,25 +489,22 @@ class Store:
         return (m for m in self.messages.values() if not m.done)
 
     # -- dead letters -----------------------------------------------------------------------
-    def retry_dlq_entry(self, dlq_id: str, overrides: Mapping[str, str] | None = None) -> Message:
+    def retry_dlq_entry(self, dlq_id: str, overrides: MessageOptions | None = None) -> Message:
         """Publish a dead letter again and drop its entry: a new message (new id, retries
         counted from zero) with the stored URL, body, headers and options.
 
-        ``overrides`` are ``Upstash-*`` publish headers that replace the stored option of the
-        same name (``{"Upstash-Retries": "0"}``, ``{"Upstash-Forward-X": "2"}``); other headers
-        are ignored. Raises ``KeyError`` for an unknown id and ``InvalidOption`` for a bad
-        override (the entry is then kept). Deduplication options are not carried over: the
-        retry would otherwise be deduplicated into the message that failed.
+        ``overrides`` replace the stored options they name (``given``: ``Upstash-Retries:
+        0``, ``Upstash-Forward-X: 2`` read by the API). Raises ``KeyError`` for an unknown
+        id. Deduplication options are not carried over: the retry would otherwise be
+        deduplicated into the message that failed.
         """
         entry = self.dlq[dlq_id]
         failed = entry.message
-        headers = _publish_headers(failed)
-        for name, value in (overrides or {}).items():
-            if name.lower().startswith("upstash-"):
-                headers[name.lower()] = value
-        opts = parse_options(headers)
-        opts.deduplication_id = None
-        opts.content_based_deduplication = False
+        opts = failed.options.republished()
+        opts.retries = failed.max_retries
+        if overrides is not None:
+            opts = opts.overridden(overrides)
+            opts.deduplication_id, opts.content_based_deduplication = None, False
         message = self.create_message(
             failed.url,
             failed.content,
@@ -784,13 +766,6 @@ class Store:
         return published[0].message
 
     # -- internals --------------------------------------------------------------------------
-    def _expression(self, text: str | None) -> RetryDelayExpression | None:
-        if text is None:
-            return None
-        if text not in self._expressions:
-            self._expressions[text] = RetryDelayExpression(text)
-        return self._expressions[text]
-
     def _plan_delivery(self, message: Message, due_ms: int) -> None:
         generation = self._generation.get(message.message_id, 0) + 1
         self._generation[message.message_id] = generation
@@ -830,39 +805,6 @@ class Store:
                 message=message,
             )
         )
-
-
-def _publish_headers(message: Message) -> dict[str, str]:
-    """The publish headers (lower-cased names) that would create ``message`` again."""
-    out: dict[str, str] = {}
-    for name in message.headers:
-        value = ", ".join(message.headers.get_list(name))
-        key = "content-type" if name == "content-type" else "upstash-forward-" + name
-        out[key] = value
-    out["upstash-method"] = message.method
-    out["upstash-retries"] = str(message.max_retries)
-    optional = {
-        "upstash-retry-delay": message.retry_delay,
-        "upstash-timeout": None if message.timeout_ms is None else f"{message.timeout_ms}ms",
-        "upstash-callback": message.callback,
-        "upstash-failure-callback": message.failure_callback,
-        "upstash-label": message.label,
-        "upstash-redact-fields": ",".join(message.redact) or None,
-    }
-    out.update({k: v for k, v in optional.items() if v is not None})
-    for prefixed in (message.callback_headers, message.failure_callback_headers):
-        if prefixed is not None:
-            out.update((name, ", ".join(prefixed.get_list(name))) for name in prefixed)
-    fc = message.flow_control
-    if fc is not None and fc.key:
-        out["upstash-flow-control-key"] = fc.key
-        limits = (("parallelism", fc.parallelism), ("rate", fc.rate), ("period", fc.period))
-        out["upstash-flow-control-value"] = ", ".join(
-            f"{name}={value}{'s' if name == 'period' else ''}"
-            for name, value in limits
-            if value is not None
-        )
-    return out
 
 
 def _error_text(result: AttemptResult) -> str:
