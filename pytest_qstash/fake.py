@@ -20,6 +20,7 @@ import httpx
 from . import api, hosts, httpx2_support, sslcache
 from .api._http import request_path
 from .api.faults import Fault, FaultTable
+from .api.publish_headers import parse_options
 from .api.waiters import notify_answer
 from .appclock import AppClock, NoAppClock, make_app_clock
 from .delivery.dispatcher import Dispatcher, DispatchSettings
@@ -46,7 +47,7 @@ from .state.models import (
     Waiter,
     ms_to_datetime,
 )
-from .state.options import InvalidOption, check_due_in_range, parse_options
+from .state.options import InvalidOption, check_due_in_range
 from .state.plans import DEFAULT_PLAN, plan_named
 from .state.queues import Queue
 from .state.retry import DEFAULT_RETRIES

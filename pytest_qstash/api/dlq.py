@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from ..state.models import DlqEntry
-from ..state.options import InvalidOption, MessageOptions, check_due_in_range, parse_options
+from ..state.options import InvalidOption, MessageOptions, check_due_in_range
 from ..state.store import Store
 from . import workflow_dlq
 from ._http import (
@@ -29,6 +29,7 @@ from ._http import (
     read_json,
 )
 from .events import MESSAGE_FILTERS, message_matches, newest_first, page_size, parse_cursor
+from .publish_headers import parse_options
 
 #: Default and largest page size of the listing and of filter-based bulk operations.
 MAX_DLQ_PAGE = 100

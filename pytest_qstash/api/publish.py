@@ -14,11 +14,11 @@ from ..state.options import (
     InvalidOption,
     MessageOptions,
     check_due_in_range,
-    parse_options,
 )
 from ..state.store import Published, Store, UnknownDestination
 from ._http import ApiError, json_response, read_json
 from .plan_limits import check_daily, check_message, check_queues
+from .publish_headers import parse_options
 from .workflows import refuse_ended_run
 
 INVALID_DESTINATION = (

@@ -19,10 +19,11 @@ import httpx
 
 from ..state import waiters as rules
 from ..state.models import Message, Waiter
-from ..state.options import InvalidOption, canonical, parse_options
+from ..state.options import InvalidOption, canonical
 from ..state.store import Store
 from ..state.workflows import WorkflowRun
 from ._http import ApiError, json_response, read_json
+from .publish_headers import parse_options
 
 #: The path webhooks are served under: no token needed, any method.
 WEBHOOK_PREFIX = "/v2/workflows/hooks/"

@@ -20,7 +20,6 @@ from ..state.options import (
     MessageOptions,
     check_due_in_range,
     header_lists,
-    parse_options,
 )
 from ..state.store import Store
 from ..state.workflow_dlq import FailureFunctionNotRetryable, NotAWorkflowEntry, WorkflowDlqEntry
@@ -34,6 +33,7 @@ from ._http import (
     put_body,
     query_filters,
 )
+from .publish_headers import parse_options
 
 #: Default and largest page of the listing and of the bulk operations.
 MAX_PAGE = 100

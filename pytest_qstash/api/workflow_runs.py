@@ -8,11 +8,12 @@ from typing import Any
 
 import httpx
 
-from ..state.options import InvalidOption, parse_options
+from ..state.options import InvalidOption
 from ..state.store import Store
 from ..state.trigger import start_run
 from ..state.workflows import WorkflowRun
 from ._http import ApiError, json_response, read_json
+from .publish_headers import parse_options
 
 
 def trigger(store: Store, request: httpx.Request, destination: str) -> httpx.Response:
