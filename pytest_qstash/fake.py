@@ -341,7 +341,7 @@ class FakeQStash:
             return (request.method, path, request.url, request.headers, content)
 
         try:
-            response = api.handle(self.store, request, self._faults)
+            response = api.handle(self.store, request, self._faults, self._dispatcher.cause)
         except Exception as exc:  # an injected network error: the client gets no answer
             self._api_calls.append(
                 ApiCall(*sent(request.content), at_ms, None, error=f"{type(exc).__name__}: {exc}")
@@ -639,7 +639,9 @@ class FakeQStash:
         """What ``POST /v2/workflows/dlq/callback/{dlq_id}`` does: call the failed run's
         failure function (or failure URL) again, once its call has failed
         (``failure_function_state == "CALLBACK_FAIL"``; a ``ValueError`` otherwise)."""
-        return workflow_dlq.retry_failure_function(self.store, _dlq_id(dlq_id))
+        return workflow_dlq.retry_failure_function(
+            self.store, _dlq_id(dlq_id), cause=self._dispatcher.cause
+        )
 
     def _continue_run(
         self,
@@ -657,7 +659,7 @@ class FakeQStash:
             overrides = parse_options(named) if named else None
             if overrides is not None:
                 check_due_in_range(overrides, self.store.clock.now_ms)
-            return action(self.store, _dlq_id(dlq_id), overrides)
+            return action(self.store, _dlq_id(dlq_id), overrides, cause=self._dispatcher.cause)
         except InvalidOption as exc:
             raise ValueError(str(exc)) from None
 
@@ -694,6 +696,7 @@ class FakeQStash:
             retries=retries,
             failure_url=failure_url,
             label=label,
+            cause=self._dispatcher.cause,
         )
 
     def notify(
@@ -721,7 +724,9 @@ class FakeQStash:
         else:
             content = json.dumps(data).encode()
         try:
-            reached = self.store.notify(event_id, content, run_id=run_id)
+            reached = self.store.notify(
+                event_id, content, run_id=run_id, cause=self._dispatcher.cause
+            )
         except KeyError:
             runs = ", ".join(r.run_id for r in self.store.workflows if r.active) or "none"
             raise ValueError(

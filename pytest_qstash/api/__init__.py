@@ -19,6 +19,7 @@ from urllib.parse import unquote
 import httpx
 
 from ..state.account import DEFAULT_TOKEN
+from ..state.models import Message
 from ..state.rejections import RejectedCall
 from ..state.store import Store
 from . import (
@@ -36,7 +37,7 @@ from . import (
     workflow_runs,
     workflows,
 )
-from ._http import ApiError, error_response, request_path
+from ._http import CAUSE, ApiError, error_response, request_path
 from .faults import FaultTable
 
 Handler = Callable[..., httpx.Response]
@@ -134,12 +135,20 @@ _NOT_YET: tuple[str, ...] = ()
 
 
 def handle(
-    store: Store, request: httpx.Request, faults: FaultTable | None = None
+    store: Store,
+    request: httpx.Request,
+    faults: FaultTable | None = None,
+    cause: Message | None = None,
 ) -> httpx.Response:
     """Answer one QStash API request: authentication first, then an armed fault
     (``qstash.fail_next``), else the endpoint's handler; every error answer is kept for the
     failure report. Nothing raises out of here but an injected network fault: an SDK retries
-    an exception five times with real sleeps, while it reports an answer at once."""
+    an exception five times with real sleeps, while it reports an answer at once.
+
+    ``cause``: the message whose delivery is making this call, if any; what it publishes
+    follows from that delivery (the loop guard, ``drain``). The handlers read it from the
+    request (``_http.cause_of``)."""
+    request.extensions = {**request.extensions, CAUSE: cause}
     path, _, query = request_path(request).partition("?")
     endpoint = f"{request.method} {path}"
     try:

@@ -19,6 +19,7 @@ from . import workflow_dlq
 from ._http import (
     ApiError,
     Filters,
+    cause_of,
     empty_response,
     header_map,
     int_filter,
@@ -103,7 +104,7 @@ def delete_dlq_many(store: Store, request: httpx.Request) -> httpx.Response:
 def retry_dlq(store: Store, request: httpx.Request, dlq_id: str) -> httpx.Response:
     overrides = _overrides(store, request.headers)
     _entry(store, dlq_id)
-    message = store.retry_dlq_entry(dlq_id, overrides)
+    message = store.retry_dlq_entry(dlq_id, overrides, cause=cause_of(request))
     return json_response({"messageId": message.message_id}, 201)
 
 
@@ -121,7 +122,8 @@ def retry_dlq_many(store: Store, request: httpx.Request) -> httpx.Response:
         targets = [entry.dlq_id for entry in entries]
         if cursor is not None:
             out["cursor"] = cursor
-    retried = [store.retry_dlq_entry(dlq_id, overrides) for dlq_id in targets]
+    cause = cause_of(request)
+    retried = [store.retry_dlq_entry(dlq_id, overrides, cause=cause) for dlq_id in targets]
     out["responses"] = [{"messageId": message.message_id} for message in retried]
     return json_response(out, 201)
 

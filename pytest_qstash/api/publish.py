@@ -9,14 +9,14 @@ import httpx
 
 from ..state.deliverable import HOP_BY_HOP, Undeliverable, checked_url, is_url
 from ..state.invocations import unwrap as unwrap_invocation
-from ..state.models import Invoker
+from ..state.models import Invoker, Message
 from ..state.options import (
     InvalidOption,
     MessageOptions,
     check_due_in_range,
 )
 from ..state.store import Published, Store, UnknownDestination
-from ._http import ApiError, json_response, read_json
+from ._http import ApiError, cause_of, json_response, read_json
 from .plan_limits import check_daily, check_message, check_queues
 from .publish_headers import parse_options
 from .workflows import refuse_ended_run
@@ -37,7 +37,9 @@ def publish(store: Store, request: httpx.Request, destination: str) -> httpx.Res
     except InvalidOption as exc:
         raise ApiError(400, str(exc)) from None
     check_message(store, opts, content)
-    results = _publish(store, destination, opts, content, queue=None, daily=True)
+    results = _publish(
+        store, destination, opts, content, queue=None, daily=True, cause=cause_of(request)
+    )
     if invoker is not None:
         _record_invoker(store, results, invoker)
     return _answer(results)
@@ -48,7 +50,17 @@ def enqueue(store: Store, request: httpx.Request, queue: str, destination: str) 
     opts = _checked_options(store, _request_options(request))
     check_message(store, opts, request.content)
     check_queues(store, [queue])
-    return _answer(_publish(store, destination, opts, request.content, queue=queue, daily=True))
+    return _answer(
+        _publish(
+            store,
+            destination,
+            opts,
+            request.content,
+            queue=queue,
+            daily=True,
+            cause=cause_of(request),
+        )
+    )
 
 
 def batch(store: Store, request: httpx.Request) -> httpx.Response:
@@ -60,8 +72,9 @@ def batch(store: Store, request: httpx.Request) -> httpx.Response:
     check_queues(store, [queue for *_, queue in prepared])
     check_daily(store, len(prepared))
     answers: list[Any] = []
+    cause = cause_of(request)
     for destination, opts, content, queue in prepared:
-        results = _publish(store, destination, opts, content, queue=queue)
+        results = _publish(store, destination, opts, content, queue=queue, cause=cause)
         answers.append(_shape(results))
     return json_response(answers)
 
@@ -146,12 +159,13 @@ def _publish(
     *,
     queue: str | None,
     daily: bool = False,
+    cause: Message | None = None,
 ) -> Results:
     destination = check_destination(store, destination, group_needs_endpoints=True)
     if daily:
         check_daily(store, 1)  # a batch counts all its messages before creating any
     try:
-        return store.publish(destination, content, opts, queue=queue)
+        return store.publish(destination, content, opts, queue=queue, cause=cause)
     except UnknownDestination:
         raise ApiError(400, INVALID_DESTINATION) from None
 

@@ -22,7 +22,7 @@ from ..state.models import Message, Waiter
 from ..state.options import InvalidOption, canonical
 from ..state.store import Store
 from ..state.workflows import WorkflowRun
-from ._http import ApiError, json_response, read_json
+from ._http import ApiError, cause_of, json_response, read_json
 from .publish_headers import parse_options
 
 #: The path webhooks are served under: no token needed, any method.
@@ -57,7 +57,7 @@ def wait(store: Store, request: httpx.Request, event_id: str) -> httpx.Response:
         timeout_headers = rules.header_lists_of(body.get("timeoutHeaders"))
         notified = parse_options(_resume_headers(step, run.run_id, {}))
         timed_out = parse_options(_resume_headers(step, run.run_id, timeout_headers))
-        store.wait(run, event_id, body, headers, notified, timed_out)
+        store.wait(run, event_id, body, headers, notified, timed_out, cause=cause_of(request))
     except (InvalidOption, ValueError, TypeError) as exc:
         raise ApiError(400, f"invalid wait request: {exc}") from None
     return httpx.Response(200)
@@ -93,7 +93,7 @@ def notify_event(store: Store, request: httpx.Request, event_id: str) -> httpx.R
     """``POST /v2/notify/{eventId}``: every run waiting for the event resumes with the body
     as the event's data; one ``NotifyResponse`` each, ``[]`` when none waits (the event is
     then lost)."""
-    reached = store.notify(event_id, request.content)
+    reached = store.notify(event_id, request.content, cause=cause_of(request))
     return json_response([notify_answer(*item) for item in reached], 201)
 
 
@@ -101,7 +101,7 @@ def notify_run(store: Store, request: httpx.Request, run_id: str, event_id: str)
     """``POST /v2/notify/{runId}/{eventId}``: the run resumes if it waits for the event,
     else the notify is kept for its next wait; 400 for a run that is unknown or ended."""
     try:
-        [item] = store.notify(event_id, request.content, run_id=run_id)
+        [item] = store.notify(event_id, request.content, run_id=run_id, cause=cause_of(request))
     except KeyError:
         raise ApiError(400, _INVALID_RUN) from None
     return json_response(notify_answer(*item), 201)
@@ -129,7 +129,7 @@ def webhook(store: Store, request: httpx.Request, hook: str) -> httpx.Response:
         raise ApiError(404, f"no webhook for user {user_id!r} on this account")
     data = json.dumps(webhook_request(request), separators=(",", ":")).encode()
     try:
-        [item] = store.notify(event_id, data, run_id=run_id)
+        [item] = store.notify(event_id, data, run_id=run_id, cause=cause_of(request))
     except KeyError:
         raise ApiError(400, _INVALID_RUN) from None
     return json_response(notify_answer(*item), 200)

@@ -27,6 +27,7 @@ from ..state.workflows import WorkflowRun
 from ._http import (
     ApiError,
     Filters,
+    cause_of,
     empty_response,
     int_filter,
     json_response,
@@ -155,7 +156,7 @@ def retry_callback(store: Store, request: httpx.Request, dlq_id: str) -> httpx.R
     unless its call failed)."""
     _get(store, dlq_id)
     try:
-        run = wdlq.retry_failure_function(store, dlq_id)
+        run = wdlq.retry_failure_function(store, dlq_id, cause=cause_of(request))
     except FailureFunctionNotRetryable as exc:
         raise ApiError(400, str(exc)) from None
     return json_response(wdlq.run_json(run))
@@ -201,7 +202,7 @@ def _overrides(store: Store, request: httpx.Request) -> MessageOptions | None:
 
 def _act(store: Store, request: httpx.Request, action: Action, dlq_id: str) -> WorkflowRun:
     _get(store, dlq_id)
-    return action(store, dlq_id, _overrides(store, request))
+    return action(store, dlq_id, _overrides(store, request), cause=cause_of(request))
 
 
 def _act_many(store: Store, request: httpx.Request, action: Action) -> httpx.Response:
@@ -209,7 +210,8 @@ def _act_many(store: Store, request: httpx.Request, action: Action) -> httpx.Res
     or a page of those the filters match, oldest first; ``{"workflowRuns": [...]}``."""
     targets, cursor = _targets(store, request, strict=True, fresh=True)
     overrides = _overrides(store, request)
-    runs = [action(store, item.dlq_id, overrides) for item in targets]
+    cause = cause_of(request)
+    runs = [action(store, item.dlq_id, overrides, cause=cause) for item in targets]
     out: dict[str, Any] = {"workflowRuns": [wdlq.run_json(run) for run in runs]}
     if cursor is not None:
         out["cursor"] = cursor

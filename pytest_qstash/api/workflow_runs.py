@@ -8,17 +8,20 @@ from typing import Any
 
 import httpx
 
+from ..state.models import Message
 from ..state.options import InvalidOption
 from ..state.store import Store
 from ..state.trigger import start_run
 from ..state.workflows import WorkflowRun
-from ._http import ApiError, json_response, read_json
+from ._http import ApiError, cause_of, json_response, read_json
 from .publish_headers import parse_options
 
 
 def trigger(store: Store, request: httpx.Request, destination: str) -> httpx.Response:
     try:
-        run, _ = trigger_request(store, destination, request.content, request.headers)
+        run, _ = trigger_request(
+            store, destination, request.content, request.headers, cause_of(request)
+        )
     except InvalidOption as exc:
         raise ApiError(400, str(exc)) from None
     return json_response({"workflowRunId": run.run_id, "workflowCreatedAt": run.created_ms})
@@ -55,7 +58,9 @@ def batch_trigger(store: Store, request: httpx.Request) -> httpx.Response:
     out: list[dict[str, Any]] = []
     for destination, content, headers in requests:
         try:
-            run, deduplicated = trigger_request(store, destination, content, headers)
+            run, deduplicated = trigger_request(
+                store, destination, content, headers, cause_of(request)
+            )
         except InvalidOption as exc:
             raise ApiError(400, str(exc)) from None
         out.append(
@@ -69,7 +74,11 @@ def batch_trigger(store: Store, request: httpx.Request) -> httpx.Response:
 
 
 def trigger_request(
-    store: Store, url: str, content: bytes, headers: httpx.Headers
+    store: Store,
+    url: str,
+    content: bytes,
+    headers: httpx.Headers,
+    cause: Message | None = None,
 ) -> tuple[WorkflowRun, bool]:
     """Start a run as ``POST /v2/trigger/{url}`` does: the request's ``Upstash-*`` headers
     (retries, delay, label, flow control, failure callback and its ``-Forward-*`` headers,
@@ -91,4 +100,5 @@ def trigger_request(
             lowered.startswith("upstash-") and not lowered.startswith("upstash-workflow-")
         ):
             publish[lowered] = value
-    return start_run(store, url, content, parse_options(publish), run_id, url)
+    opts = parse_options(publish)
+    return start_run(store, url, content, opts, run_id, url, cause=cause)

@@ -85,6 +85,10 @@ class Dispatcher:
         self._cascade_deliveries = 0
         # Parsed destination URLs: parsing is half the cost of building a delivery request.
         self._urls: dict[str, httpx.URL] = {}
+        #: The message whose app is being called: an API call the app makes meanwhile is
+        #: caused by it (the facade passes it to ``api.handle``). The server's concurrent
+        #: runner sets it to its best guess among the attempts it has in flight.
+        self.cause: Message | None = None
 
     # -- the two loops ----------------------------------------------------------------------
     def run(self, until_ms: int) -> list[Delivery]:
@@ -98,16 +102,18 @@ class Dispatcher:
                     continue
                 try:
                     job.duration_ms = self.handler_times.duration_ms(job.request)
+                    self.cause = job.message
                     outcome = self.sender.send(job.request)
                 except Unrouted as exc:
                     outcome = self._unrouted(job, exc)
                 except BaseException:
                     self._abandon(job)
                     raise
+                finally:
+                    self.cause = None
                 if (delivery := self.answered(job, outcome)) is not None:
                     made.append(delivery)
         finally:
-            self.store.delivering = None  # a send cut short by an exception
             self._running = False
         self.settle(until_ms)
         return made
@@ -123,16 +129,18 @@ class Dispatcher:
                     continue
                 try:
                     job.duration_ms = self.handler_times.duration_ms(job.request)
+                    self.cause = job.message
                     outcome = await self.sender.asend(job.request)
                 except Unrouted as exc:
                     outcome = self._unrouted(job, exc)
                 except BaseException:
                     self._abandon(job)
                     raise
+                finally:
+                    self.cause = None
                 if (delivery := self.answered(job, outcome)) is not None:
                     made.append(delivery)
         finally:
-            self.store.delivering = None
             self._running = False
         self.settle(until_ms)
         return made

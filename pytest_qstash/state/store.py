@@ -90,8 +90,6 @@ class Store:
         self.queues = Queues()
         self.flow_keys = FlowKeys()
         self._generation: dict[str, int] = {}
-        #: The message whose delivery is running: what it publishes is its cascade.
-        self.delivering: Message | None = None
         #: Callback messages not finished yet, by the message they report on: a queued
         #: message keeps its slot until they are done, as on QStash.
         self._callbacks_pending: dict[str, set[str]] = {}
@@ -133,7 +131,11 @@ class Store:
         schedule_id: str | None = None,
         callback_for: str | None = None,
         max_retries: int | None = None,
+        cause: Message | None = None,
     ) -> Message:
+        """A new message, due when ``opts`` say. ``cause``: the message whose delivery (or
+        attempt, for a callback) published it, if any: what the loop guard and ``drain``
+        follow."""
         now = self.clock.now_ms
         if opts.workflow_headers:
             opts = opts.copy()  # a schedule's options, say, serve every firing
@@ -157,7 +159,7 @@ class Store:
             schedule_id=schedule_id,
             callback_for=callback_for,
         )
-        parent = self.delivering
+        parent = cause
         if parent is not None and not_before <= now:
             message.cascade_depth = parent.cascade_depth + 1
         message.from_schedule = schedule_id is not None or (
@@ -186,17 +188,27 @@ class Store:
         *,
         queue: str | None = None,
         schedule_id: str | None = None,
+        cause: Message | None = None,
     ) -> tuple[list[Published], bool]:
         """Publish to a URL, or fan out to every endpoint of a URL group (one message each,
-        each deduplicated on its own). Returns what was published and whether it was a group."""
+        each deduplicated on its own). Returns what was published and whether it was a group.
+        ``cause``: the message whose delivery published this (``create_message``)."""
         if destination.startswith(("http://", "https://")):
-            return [self._publish_one(destination, content, opts, queue, schedule_id)], False
+            one = self._publish_one(destination, content, opts, queue, schedule_id, cause=cause)
+            return [one], False
         group = self.url_groups.get(destination)
         if group is None or not group.endpoints:
             raise UnknownDestination(destination)
         return [
             self._publish_one(
-                endpoint.url, content, opts, queue, schedule_id, group.name, endpoint.name
+                endpoint.url,
+                content,
+                opts,
+                queue,
+                schedule_id,
+                group.name,
+                endpoint.name,
+                cause=cause,
             )
             for endpoint in group.endpoints
         ], True
@@ -210,6 +222,8 @@ class Store:
         schedule_id: str | None,
         url_group: str | None = None,
         endpoint_name: str | None = None,
+        *,
+        cause: Message | None,
     ) -> Published:
         key = dedup_key(url, content, opts)
         if key is not None and url_group is not None:
@@ -229,6 +243,7 @@ class Store:
             url_group=url_group,
             endpoint_name=endpoint_name,
             schedule_id=schedule_id,
+            cause=cause,
         )
         self.dedup.remember(key, message.message_id, self.clock.now_ms)
         return Published(message, False, endpoint_url)
@@ -266,8 +281,7 @@ class Store:
 
     def start_attempt(self, message: Message) -> Attempt:
         """An attempt starts now: the message is ACTIVE until the attempt ends. Until the app
-        has answered, what is published belongs to this message's cascade."""
-        self.delivering = message
+        has answered, what its app publishes is caused by it (the dispatcher says so)."""
         previous = message.state
         message.state = "ACTIVE"
         self._log(message, "ACTIVE")
@@ -288,7 +302,6 @@ class Store:
         ends now; otherwise it stays in flight until ``duration_ms`` after its start, or until
         its timeout cuts it (the answer is then discarded), and an end event is planned."""
         message = attempt.message
-        self.delivering = None
         if message.state == "CANCELED" or duration_ms <= 0:
             attempt.result, attempt.ends_ms = result, attempt.started_ms
             return True  # cancelled while being called: its answer is what it answered
@@ -363,17 +376,14 @@ class Store:
         url: str,
         dlq_entry: DlqEntry | None = None,
     ) -> None:
-        parent, self.delivering = self.delivering, source  # a callback continues the cascade
-        try:
-            callback = self.create_message(
-                url,
-                callback_payload(source, delivery, self.workflows, dlq_entry),
-                callback_options(source, failure=dlq_entry is not None),
-                callback_for=source.message_id,
-                max_retries=source.max_retries,
-            )
-        finally:
-            self.delivering = parent
+        callback = self.create_message(
+            url,
+            callback_payload(source, delivery, self.workflows, dlq_entry),
+            callback_options(source, failure=dlq_entry is not None),
+            callback_for=source.message_id,
+            max_retries=source.max_retries,
+            cause=source,  # a callback continues the cascade
+        )
         callback.is_failure_callback = dlq_entry is not None
 
     def _release_slots(self, attempt: Attempt) -> None:
@@ -393,7 +403,6 @@ class Store:
         """Put back an attempt that could not be made (nothing to deliver it to, or cut
         short); the log forgets the ACTIVE it was started with, as no attempt happened."""
         message = attempt.message
-        self.delivering = None
         message.state = attempt.previous_state
         for position in range(len(self.events) - 1, -1, -1):
             event = self.events[position]
@@ -489,7 +498,13 @@ class Store:
         return (m for m in self.messages.values() if not m.done)
 
     # -- dead letters -----------------------------------------------------------------------
-    def retry_dlq_entry(self, dlq_id: str, overrides: MessageOptions | None = None) -> Message:
+    def retry_dlq_entry(
+        self,
+        dlq_id: str,
+        overrides: MessageOptions | None = None,
+        *,
+        cause: Message | None = None,
+    ) -> Message:
         """Publish a dead letter again and drop its entry: a new message (new id, retries
         counted from zero) with the stored URL, body, headers and options.
 
@@ -514,6 +529,7 @@ class Store:
             endpoint_name=failed.endpoint_name,
             schedule_id=failed.schedule_id,
             callback_for=failed.callback_for,
+            cause=cause,
         )
         message.is_failure_callback = failed.is_failure_callback
         message.from_schedule = False  # the test's own doing now, whatever started it
@@ -704,6 +720,8 @@ class Store:
         headers: Mapping[str, str],
         options: MessageOptions,
         timeout_options: MessageOptions,
+        *,
+        cause: Message | None = None,
     ) -> Waiter | Message:
         """The run waits for ``event_id``: a ``Waiter`` until a notify or its timeout, or, when
         a notify for the run was kept, the resumed step's message at once (``waiters.py``).
@@ -715,14 +733,19 @@ class Store:
         )
         saved = self.waiters.take_saved(run.run_id, event_id)
         if saved is not None:
-            return self._resume(waiter, saved)
+            return self._resume(waiter, saved, cause)
         self.waiters.add(waiter)
         waiter.generation = 1
         self.clock.schedule(waiter.deadline_ms, "wait", waiter.waiter_id, waiter.generation)
         return waiter
 
     def notify(
-        self, event_id: str, data: bytes, run_id: str | None = None
+        self,
+        event_id: str,
+        data: bytes,
+        run_id: str | None = None,
+        *,
+        cause: Message | None = None,
     ) -> list[tuple[WorkflowRun, Waiter | None, Message | None]]:
         """Notify ``event_id``: every run waiting for it (``run_id`` None; the event is lost
         when none waits), or the run ``run_id``, whose notify is kept when it is not waiting.
@@ -745,7 +768,7 @@ class Store:
             self.waiters.remove(waiter)
             if run is None or not run.active:
                 continue
-            out.append((run, waiter, self._resume(waiter, data)))
+            out.append((run, waiter, self._resume(waiter, data, cause)))
         return out
 
     def _wait_timed_out(self, waiter_id: str, generation: int) -> Message | None:
@@ -757,12 +780,12 @@ class Store:
         run = self.workflows.get(waiter.run_id)
         if run is None or not run.active:
             return None
-        return self._resume(waiter, None)
+        return self._resume(waiter, None, None)
 
-    def _resume(self, waiter: Waiter, data: bytes | None) -> Message:
+    def _resume(self, waiter: Waiter, data: bytes | None, cause: Message | None) -> Message:
         """Publish the wait step back into its run: notified with ``data``, or timed out."""
         url, content, opts = resume_step(waiter, data)
-        published, _ = self.publish(url, content, opts)
+        published, _ = self.publish(url, content, opts, cause=cause)
         return published[0].message
 
     # -- internals --------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from .deliverable import (
     encoded_headers,
     is_forwarded,
 )
-from .models import MessageOptions
+from .models import Message, MessageOptions
 from .options import InvalidOption, canonical
 from .store import Store
 from .workflows import WorkflowRun
@@ -41,6 +41,7 @@ def trigger_run(
     retries: int | None = None,
     failure_url: str | Literal[False] | None = None,
     label: str | None = None,
+    cause: Message | None = None,
 ) -> str:
     """Start a run at ``url`` as a workflow client does, under a run id chosen here.
 
@@ -98,7 +99,7 @@ def trigger_run(
     )
     implicit_failure_url = failure_url is None
     failure = url if failure_url is None else failure_url or None
-    run, _ = start_run(store, url, content, opts, run_id, failure)
+    run, _ = start_run(store, url, content, opts, run_id, failure, cause=cause)
     if implicit_failure_url:
         # The default failure URL (the workflow URL) is for the first delivery only: a
         # Python serve() without a failure_function cannot answer a failure callback, and
@@ -119,6 +120,8 @@ def start_run(
     opts: MessageOptions,
     run_id: str,
     failure_url: str | None,
+    *,
+    cause: Message | None = None,
 ) -> tuple[WorkflowRun, bool]:
     """Publish the init message of run ``run_id`` at ``url`` as the workflow clients do:
     ``opts`` (its forwarded headers, retries, label, flow control, delay, ...) with the
@@ -144,7 +147,7 @@ def start_run(
     if opts.failure_callback is not None:
         shown, call = _failure_call(opts, run_id, url, user)
         opts.failure_callback_headers, opts.failure_callback_options = shown, call
-    published, _ = store.publish(url, content, opts)
+    published, _ = store.publish(url, content, opts, cause=cause)
     run = store.workflows.get(run_id)
     if run is not None:
         return run, False

@@ -108,7 +108,13 @@ def get(store: Store, dlq_id: str) -> WorkflowDlqEntry:
     return WorkflowDlqEntry(entry, found[0])
 
 
-def resume(store: Store, dlq_id: str, overrides: MessageOptions | None = None) -> WorkflowRun:
+def resume(
+    store: Store,
+    dlq_id: str,
+    overrides: MessageOptions | None = None,
+    *,
+    cause: Message | None = None,
+) -> WorkflowRun:
     """A new run that goes on from the step that failed: it starts with the failed run's
     messages up to that step (the initial payload, the steps that succeeded) and delivers the
     failed message again, under a new run id, with the run's settings (``overrides``, what
@@ -119,22 +125,31 @@ def resume(store: Store, dlq_id: str, overrides: MessageOptions | None = None) -
     position = store.workflows.position(failed.message)
     run = _new_run(store, failed, headers)
     store.workflows.carry(run, failed.run, position)
-    _republish(store, run, failed.message, headers, store.workflows.call_type(failed.message))
+    call_type = store.workflows.call_type(failed.message)
+    _republish(store, run, failed.message, headers, call_type, cause)
     return run
 
 
-def restart(store: Store, dlq_id: str, overrides: MessageOptions | None = None) -> WorkflowRun:
+def restart(
+    store: Store,
+    dlq_id: str,
+    overrides: MessageOptions | None = None,
+    *,
+    cause: Message | None = None,
+) -> WorkflowRun:
     """A new run from the start: the failed run's initial message published again (same
     payload and headers) under a new run id, with the run's settings or ``overrides``."""
     failed = get(store, dlq_id)
     headers = overrides
     init = failed.run.messages[0]
     run = _new_run(store, failed, headers)
-    _republish(store, run, init, headers, STEP)
+    _republish(store, run, init, headers, STEP, cause)
     return run
 
 
-def retry_failure_function(store: Store, dlq_id: str) -> WorkflowRun:
+def retry_failure_function(
+    store: Store, dlq_id: str, *, cause: Message | None = None
+) -> WorkflowRun:
     """Call the run's failure function (or failure URL) again, when its call failed."""
     failed = get(store, dlq_id)
     run = failed.run
@@ -148,7 +163,7 @@ def retry_failure_function(store: Store, dlq_id: str) -> WorkflowRun:
     for entry in list(store.dlq.values()):
         if entry.message is call:  # the failed call's own dead letter goes with the retry
             del store.dlq[entry.dlq_id]
-    retry = _republish(store, run, call, None, FAILURE_CALL)
+    retry = _republish(store, run, call, None, FAILURE_CALL, cause)
     retry.callback_for, retry.is_failure_callback = call.callback_for, True
     return run
 
@@ -221,6 +236,7 @@ def _republish(
     source: Message,
     overrides: MessageOptions | None,
     call_type: str,
+    cause: Message | None,
 ) -> Message:
     """``source`` published again as a message of ``run``: same URL, body and headers, its
     retries counted from zero, the run's settings where the overrides name one."""
@@ -243,6 +259,6 @@ def _republish(
                 setattr(opts, name, getattr(overrides, name))
         if "flow_control_key" in given:
             opts.flow_control = overrides.flow_control
-    message = store.create_message(source.url, source.content, opts)
+    message = store.create_message(source.url, source.content, opts, cause=cause)
     store.workflows.adopt(run, message, call_type)
     return message
