@@ -163,22 +163,25 @@ def handle(
         if injected is not None:
             _record_rejection(store, request, injected, injected=True)
             return injected
+    refused: str | None = None  # why a 400 refused the call
     try:
         handler, params = _route(request.method, path, query, endpoint)
         response = handler(store, request, **params)
     except ApiError as exc:
         response = error_response(exc.status, exc.message)
         response.headers.update(exc.headers)
+        refused = exc.message if exc.status == 400 else None
     except Exception as exc:  # a bug: answer it rather than raise it into the app's SDK
         _log.exception("pytest-qstash failed to answer %s", endpoint)
-        response = error_response(
-            400,
+        refused = (
             f"pytest-qstash could not handle {endpoint} ({type(exc).__name__}: {exc}); "
-            "this is a bug in pytest-qstash, please report it with the request",
+            "this is a bug in pytest-qstash, please report it with the request"
         )
+        response = error_response(400, refused)
     if not 200 <= response.status_code < 300:
         _record_rejection(store, request, response)
-        workflows.note_refused_step(store, request, response)
+    if refused is not None:
+        workflows.note_refused_step(store, request, refused)
     return response
 
 

@@ -99,6 +99,13 @@ class MessageOptions:
             given=set(self.given),
         )
 
+    def due_ms(self, now_ms: int) -> int:
+        """When a message published at ``now_ms`` with these options is first due: its
+        ``Upstash-Not-Before``, else ``now_ms`` plus its delay."""
+        if self.not_before_ms is not None:
+            return self.not_before_ms
+        return now_ms + (self.delay_ms or 0)
+
     def republished(self) -> MessageOptions:
         """A copy for publishing the same message again (a dead letter retried, a workflow
         step resumed): what it was sent with, less when it was due, its deduplication and

@@ -33,7 +33,7 @@ def header_lists(headers: httpx.Headers) -> dict[str, list[str]]:
 
 def check_due_in_range(opts: MessageOptions, now_ms: int) -> None:
     """Refuse a delay that puts the message beyond what a datetime can show (year 9999)."""
-    if opts.delay_ms is not None and now_ms + opts.delay_ms > LATEST_MS:
+    if opts.delay_ms is not None and opts.due_ms(now_ms) > LATEST_MS:
         raise InvalidOption(
             f"invalid Upstash-Delay of {opts.delay_ms} ms: it puts the message after the year 9999"
         )

@@ -10,7 +10,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 _MB = 1024 * 1024
-_DAY_MS = 24 * 60 * 60 * 1000
+#: A day, the span of the daily message quota (a UTC day).
+DAY_MS = 24 * 60 * 60 * 1000
+
+
+class DailyQuotaExceeded(Exception):
+    """Publishing would exceed the plan's messages a day: none of them is created."""
+
+    def __init__(self, plan: str, limit: int, used: int, reset_ms: int) -> None:
+        super().__init__(
+            f"daily message limit of the {plan} plan exceeded ({limit} messages a day)"
+        )
+        self.limit = limit
+        self.used = used
+        #: When the next day starts and the quota is whole again.
+        self.reset_ms = reset_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,11 +54,11 @@ class Plan:
 PLANS: dict[str, Plan] = {
     plan.name: plan
     for plan in (
-        Plan("free", _MB, 7 * _DAY_MS, 3, 15 * 60_000, 1_000, 1, 10, 10, 10, 2),
+        Plan("free", _MB, 7 * DAY_MS, 3, 15 * 60_000, 1_000, 1, 10, 10, 10, 2),
         Plan(
             "pay_as_you_go",
             10 * _MB,
-            365 * _DAY_MS,
+            365 * DAY_MS,
             5,
             2 * 3_600_000,
             None,

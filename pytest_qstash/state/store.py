@@ -33,7 +33,7 @@ from .ids import IdGenerator
 from .invocations import outcome_step
 from .models import Delivery, DlqEntry, Event, Message, MessageState, Waiter
 from .options import MessageOptions
-from .plans import DEFAULT_PLAN, PLANS, Plan
+from .plans import DAY_MS, DEFAULT_PLAN, PLANS, DailyQuotaExceeded, Plan
 from .queues import Queue, Queues
 from .rejections import RejectedCalls
 from .retry import (
@@ -140,10 +140,7 @@ class Store:
         if opts.workflow_headers:
             opts = opts.copy()  # a schedule's options, say, serve every firing
             self.workflows.inherit(opts)  # a later step takes its run's trigger settings
-        if opts.not_before_ms is not None:
-            not_before = opts.not_before_ms
-        else:
-            not_before = now + (opts.delay_ms or 0)
+        not_before = opts.due_ms(now)
         retries = opts.retries if opts.retries is not None else max_retries
         message = Message(
             message_id=self.ids.message_id(),
@@ -466,12 +463,31 @@ class Store:
         self._finished(message)
         return True
 
-    def published_on(self, day_start_ms: int) -> int:
-        day, count = self._published_day
-        return count if day == day_start_ms else 0
+    def count_daily(self, count: int) -> None:
+        """Count ``count`` messages the API publishes against the plan's daily quota (a UTC
+        day), or refuse them all (``DailyQuotaExceeded``) when they would exceed it. Only
+        what the API publishes counts: not retries, callbacks or schedule firings."""
+        limit = self.plan.messages_per_day
+        if limit is None:
+            return
+        now = self.clock.now_ms
+        day_start = now - now % DAY_MS
+        day, used = self._published_day
+        if day != day_start:
+            used = 0
+        if used + count > limit:
+            raise DailyQuotaExceeded(self.plan.name, limit, used, day_start + DAY_MS)
+        self._published_day = (day_start, used + count)
 
-    def count_published(self, day_start_ms: int, count: int) -> None:
-        self._published_day = (day_start_ms, self.published_on(day_start_ms) + count)
+    def end_refused_runs(self, run_ids: Iterable[str], reason: str) -> None:
+        """The API refused a step publish of these runs (``reason``): the SDK takes that
+        answer for a cancel and stops, so each active one ends RUN_FAILED, the reason kept,
+        and its messages still owed a delivery are cancelled."""
+        for run_id in run_ids:
+            run = self.workflows.get(run_id)
+            if run is not None and run.active:
+                for message in self.workflows.refuse_step(run, reason, self.clock.now_ms):
+                    self.cancel(message)
 
     def redeliver(self, message: Message) -> None:
         """Deliver a DELIVERED message again, as QStash's at-least-once delivery may: same
