@@ -1,6 +1,7 @@
 """Turns due events into signed HTTP deliveries and feeds their outcomes back into the store.
 
-The store decides what is due and what happens to it (``Store.pop_work``, ``start_attempt``,
+The scheduler decides what is due (``Scheduler.pop_work``) and the store what happens to it
+(``start_attempt``,
 ``answered``, ``end_attempt``: cron firings, flow-control wakes, retries, the DLQ, callbacks);
 the dispatcher signs, sends, and reports what the app answered. One step is split in two,
 ``next_job`` (the next attempt to make, its signed request built, or to end) and ``answered`` /
@@ -23,6 +24,7 @@ import httpx
 from ..errors import DeliveryLoopError, ReentrantCallError, UnroutedDeliveryError
 from ..state.attempts import Attempt
 from ..state.models import Delivery, Message, ms_to_datetime
+from ..state.scheduler import Scheduler
 from ..state.store import AttemptResult, Store
 from .handler_time import HandlerTimes
 from .mounts import MountTable
@@ -69,8 +71,11 @@ class Dispatcher:
         settings: DispatchSettings,
         on_time: Callable[[int], None],
         handler_times: HandlerTimes | None = None,
+        scheduler: Scheduler | None = None,
     ) -> None:
         self.store = store
+        #: What is due next: the one place the loop and the read-only questions ask.
+        self.scheduler = scheduler if scheduler is not None else Scheduler(store)
         self.handler_times = handler_times if handler_times is not None else HandlerTimes()
         self.clock = store.clock
         self.mounts = mounts
@@ -171,7 +176,7 @@ class Dispatcher:
         """The next attempt to make (signed request built) or to end, moving the clock to it;
         the store decides what is due and what may start."""
         __tracebackhide__ = True
-        work = self.store.pop_work(until_ms)
+        work = self.scheduler.pop_work(until_ms)
         if work is None:
             return None
         self._on_time(self.clock.now_ms)
@@ -201,6 +206,26 @@ class Dispatcher:
         if delivery.exception is not None and self.settings.raise_app_exceptions:
             raise delivery.exception
         return delivery
+
+    def drain_step(self, limit_ms: int, made: int) -> tuple[int, bool] | None:
+        """Where a drain goes next (the next due moment, and whether it is already due), or
+        None once nothing more is due by ``limit_ms``. Each step is its own run, so the drain
+        as a whole is bounded here (``made`` deliveries so far) as one run is bounded."""
+        __tracebackhide__ = True
+        # Cron firings alone do not keep a drain going (a schedule is never idle); those
+        # that fall before the last pending delivery fire on the way.
+        due = self.scheduler.next_due_ms(scheduled=False)
+        if due is None or due > limit_ms:
+            return None
+        limit = self.settings.max_per_call
+        if made >= limit:
+            raise DeliveryLoopError(
+                f"drain() stopped after {made} deliveries (max_deliveries_per_call={limit}) "
+                f"at {ms_to_datetime(self.clock.now_ms).isoformat()}: something keeps "
+                "publishing (a handler republishing itself with a delay?). Nothing is lost; "
+                "raise the limit if this is intended."
+            )
+        return max(due, self.clock.now_ms), due <= self.clock.now_ms
 
     def settle(self, until_ms: int) -> None:
         if until_ms > self.clock.now_ms:

@@ -25,7 +25,7 @@ from .attempts import (
     timeout_error,
 )
 from .callbacks import callback_options, callback_payload
-from .clock import DueEvent, VirtualClock
+from .clock import VirtualClock
 from .dedup import DEFAULT_DEDUP_WINDOW_MS, Deduplication, dedup_key
 from .dlq import DeadLetters
 from .flow_control import FlowKey, FlowKeys
@@ -252,29 +252,6 @@ class Store:
         if message is None or message.done or self._generation.get(message_id) != generation:
             return None
         return message
-
-    def pop_work(self, until_ms: int) -> Message | Attempt | None:
-        """Move the clock to what is due next, up to ``until_ms``: a message whose attempt may
-        start now, or an attempt in flight that ends now. Cron firings and flow-control wakes
-        are handled on the way; stale events (a message cancelled or moved on, an attempt cut
-        short) and messages their queue, key or the global parallelism hold are skipped."""
-        while (event := self.clock.pop_due(until_ms)) is not None:
-            kind = event.kind
-            if kind == "end":
-                attempt = self.attempt_due(event.target, event.generation)
-                if attempt is not None:
-                    return attempt
-            elif kind == "cron":
-                self.fire_schedule(event.target, event.generation)
-            elif kind == "flow":
-                self.wake_flow(event.target)
-            elif kind == "wait":
-                self._wait_timed_out(event.target, event.generation)
-            else:
-                message = self.live_message(event.target, event.generation)
-                if message is not None and self.may_start(message):
-                    return message
-        return None
 
     def start_attempt(self, message: Message) -> Attempt:
         """An attempt starts now: the message is ACTIVE until the attempt ends. Until the app
@@ -577,40 +554,6 @@ class Store:
         self._plan_wake(held_by)
         return False
 
-    def live_due_ms(self, event: DueEvent) -> int | None:
-        """When a pending clock event will do something, read without changing anything; None
-        when it is stale or held: a firing of a schedule paused, replaced or deleted since, a
-        delivery of a message cancelled or moved on, or of one that waits in a paused queue
-        (or behind its queue's earlier messages) or for a paused (or fully busy) flow-control
-        key. A message over its key's rate is due when the key's period ends; an attempt in
-        flight is due to end at its end."""
-        if event.kind == "cron":
-            schedule = self.schedules.get(event.target)
-            if schedule is None or schedule.paused or schedule.generation != event.generation:
-                return None
-            return event.due_ms
-        if event.kind == "flow":
-            flow = self.flow_keys.get(event.target)
-            if flow is None or flow.paused or not flow.waiting or flow.wake_ms != event.due_ms:
-                return None
-            return event.due_ms
-        if event.kind == "end":
-            return event.due_ms if self.attempt_due(event.target, event.generation) else None
-        if event.kind == "wait":
-            return event.due_ms if self.waiters.live(event.target, event.generation) else None
-        message = self.live_message(event.target, event.generation)
-        if message is None:
-            return None
-        if self.queues.holds(message.queue, message.message_id):
-            return None  # released (with a new event) when its queue lets it start
-        if len(self.in_flight) >= self.global_parallelism:
-            return None  # released when an attempt ends
-        fc = message.flow_control
-        flow = self.flow_keys.get(fc.key) if fc is not None and fc.key else None
-        if flow is None:
-            return event.due_ms
-        return flow.next_start_ms(event.due_ms)
-
     def flow_key(self, key: str) -> FlowKey:
         return self.flow_keys.key(key, self.clock.now_ms)
 
@@ -787,7 +730,7 @@ class Store:
             out.append((run, waiter, self._resume(waiter, data, cause)))
         return out
 
-    def _wait_timed_out(self, waiter_id: str, generation: int) -> Message | None:
+    def wait_timed_out(self, waiter_id: str, generation: int) -> Message | None:
         """A wait's timeout came: its step goes back to the run timed out."""
         waiter = self.waiters.live(waiter_id, generation)
         if waiter is None:
