@@ -13,11 +13,11 @@ from __future__ import annotations
 import base64
 import json
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
 from ..state import waiters as rules
+from ..state.deliverable import Undeliverable, checked_url
 from ..state.models import Message, Waiter
 from ..state.options import InvalidOption, canonical
 from ..state.store import Store
@@ -46,12 +46,11 @@ def wait(store: Store, request: httpx.Request, event_id: str) -> httpx.Response:
     }
     for field in ("url", "timeoutUrl"):
         value = body.get(field)
-        if value is not None and not (
-            isinstance(value, str)
-            and value.startswith(("http://", "https://"))
-            and urlsplit(value).hostname
-        ):
-            raise ApiError(400, f"invalid wait request: {field} must be an http(s) URL")
+        if value is not None:
+            try:
+                checked_url(value, field)
+            except Undeliverable as exc:
+                raise ApiError(400, f"invalid wait request: {exc}") from None
     try:
         step = rules.step_headers(headers)
         timeout_headers = rules.header_lists_of(body.get("timeoutHeaders"))

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 
+from ..state.deliverable import Undeliverable, checked_url
 from ..state.models import Message
 from ..state.options import InvalidOption
 from ..state.store import Store
@@ -40,10 +41,10 @@ def batch_trigger(store: Store, request: httpx.Request) -> httpx.Response:
             item.get("body", ""),
             item.get("headers", {}),
         )
-        if not isinstance(destination, str) or not destination.startswith(("http://", "https://")):
-            raise ApiError(
-                400, f"invalid destination at [{position}]: expected an http:// or https:// URL"
-            )
+        try:
+            destination = checked_url(destination, "destination")
+        except Undeliverable as exc:
+            raise ApiError(400, f"invalid destination at [{position}]: {exc}") from None
         if not isinstance(body, str):
             raise ApiError(400, f"invalid body at [{position}]: expected a string")
         if not isinstance(headers, dict) or not all(
@@ -87,8 +88,10 @@ def trigger_request(
     names one, to the workflow URL (where ``serve()``'s failure function answers). Returns the
     run and whether it existed already (a trigger naming a run id twice starts it once).
     Raises ``InvalidOption`` for a bad header (nothing is published then)."""
-    if not url.startswith(("http://", "https://")):
-        raise InvalidOption(f"invalid workflow url {url!r}: expected an http:// or https:// URL")
+    try:
+        url = checked_url(url, "workflow url")
+    except Undeliverable as exc:
+        raise InvalidOption(str(exc)) from None
     run_id = (headers.get("upstash-workflow-runid") or "").strip() or "wfr_" + store.ids.token(21)
     existing = store.workflows.get(run_id)
     if existing is not None:

@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
+from .deliverable import Undeliverable, checked_url
 from .models import Invoker, MessageOptions
 from .options import InvalidOption
 from .workflows import WorkflowRun
@@ -50,12 +50,10 @@ def unwrap(workflow_headers: Mapping[str, str], content: bytes) -> tuple[bytes, 
     created = envelope.get("workflowRunCreatedAt")
     step = envelope.get("step")
     url = envelope.get("workflowUrl")
-    if not (
-        isinstance(url, str) and url.startswith(("http://", "https://")) and urlsplit(url).hostname
-    ):
-        raise InvalidOption(
-            f"invalid invoke: the invoker's workflowUrl {url!r} is not an http(s) URL"
-        )
+    try:
+        url = checked_url(url, "invoke: the invoker's workflowUrl")
+    except Undeliverable as exc:
+        raise InvalidOption(str(exc)) from None
     invoker = Invoker(
         run_id=envelope["workflowRunId"],
         url=url,

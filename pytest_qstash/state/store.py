@@ -27,6 +27,7 @@ from .attempts import (
 from .callbacks import callback_options, callback_payload
 from .clock import VirtualClock
 from .dedup import DEFAULT_DEDUP_WINDOW_MS, Deduplication, dedup_key
+from .deliverable import is_url
 from .dlq import DeadLetters
 from .flow_control import FlowKey, FlowKeys
 from .ids import IdGenerator
@@ -190,7 +191,7 @@ class Store:
         """Publish to a URL, or fan out to every endpoint of a URL group (one message each,
         each deduplicated on its own). Returns what was published and whether it was a group.
         ``cause``: the message whose delivery published this (``create_message``)."""
-        if destination.startswith(("http://", "https://")):
+        if is_url(destination):
             one = self._publish_one(destination, content, opts, queue, schedule_id, cause=cause)
             return [one], False
         group = self.url_groups.get(destination)
