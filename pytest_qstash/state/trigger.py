@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any, Literal
 
 import httpx
@@ -104,8 +103,7 @@ def trigger_run(
         # The default failure URL (the workflow URL) is for the first delivery only: a
         # Python serve() without a failure_function cannot answer a failure callback, and
         # one with it sends its own with every step.
-        run.settings = replace(
-            run.settings,
+        run.settings = run.settings.with_options(
             failure_callback=None,
             failure_callback_headers=None,
             failure_callback_options=None,

@@ -9,7 +9,7 @@ workflow DLQ is that view of the DLQ, so deleting through either removes it from
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -202,10 +202,10 @@ def _new_run(
     )
     if settings.failure_callback_headers is not None:
         retargeted = httpx.Headers(_retargeted(settings.failure_callback_headers, run_id))
-        settings = replace(settings, failure_callback_headers=retargeted)
+        settings = settings.with_options(failure_callback_headers=retargeted)
     if settings.failure_callback_options is not None:
-        settings = replace(
-            settings, failure_callback_options=_in_run(settings.failure_callback_options, run_id)
+        settings = settings.with_options(
+            failure_callback_options=_in_run(settings.failure_callback_options, run_id)
         )
     return store.workflows.start(
         run_id, failed.run.url, store.clock.now_ms, settings, resumed_from=failed.dlq_id
