@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from types import TracebackType
 
 import httpx
 
@@ -95,60 +96,32 @@ class Dispatcher:
         #: runner sets it to its best guess among the attempts it has in flight.
         self.cause: Message | None = None
 
-    # -- the two loops ----------------------------------------------------------------------
+    # -- the loop, and its runners ---------------------------------------------------------
     def run(self, until_ms: int) -> list[Delivery]:
+        """Deliver what is due up to ``until_ms``, one attempt at a time."""
         __tracebackhide__ = True
-        self._enter()
-        made: list[Delivery] = []
-        try:
-            while (job := self.next_job(until_ms, len(made))) is not None:
-                if job.request is None:
-                    made.append(self.finish(job.attempt))
-                    continue
+        with DeliveryLoop(self, until_ms) as loop:
+            for job in loop:
+                assert job.request is not None
                 try:
-                    job.duration_ms = self.handler_times.duration_ms(job.request)
-                    self.cause = job.message
                     outcome = self.sender.send(job.request)
                 except Unrouted as exc:
-                    outcome = self._unrouted(job, exc)
-                except BaseException:
-                    self._abandon(job)
-                    raise
-                finally:
-                    self.cause = None
-                if (delivery := self.answered(job, outcome)) is not None:
-                    made.append(delivery)
-        finally:
-            self._running = False
-        self.settle(until_ms)
-        return made
+                    outcome = loop.unrouted(exc)
+                loop.answer(outcome)
+        return loop.made
 
     async def arun(self, until_ms: int) -> list[Delivery]:
+        """``run`` on an event loop: the app's call awaited."""
         __tracebackhide__ = True
-        self._enter()
-        made: list[Delivery] = []
-        try:
-            while (job := self.next_job(until_ms, len(made))) is not None:
-                if job.request is None:
-                    made.append(self.finish(job.attempt))
-                    continue
+        with DeliveryLoop(self, until_ms) as loop:
+            for job in loop:
+                assert job.request is not None
                 try:
-                    job.duration_ms = self.handler_times.duration_ms(job.request)
-                    self.cause = job.message
                     outcome = await self.sender.asend(job.request)
                 except Unrouted as exc:
-                    outcome = self._unrouted(job, exc)
-                except BaseException:
-                    self._abandon(job)
-                    raise
-                finally:
-                    self.cause = None
-                if (delivery := self.answered(job, outcome)) is not None:
-                    made.append(delivery)
-        finally:
-            self._running = False
-        self.settle(until_ms)
-        return made
+                    outcome = loop.unrouted(exc)
+                loop.answer(outcome)
+        return loop.made
 
     def _enter(self) -> None:
         __tracebackhide__ = True
@@ -336,3 +309,74 @@ class Dispatcher:
             "Nothing is lost: the messages are kept. If this is intended, raise the limit: "
             f"@pytest.mark.qstash({option}=...) or FakeQStash({option}=...)."
         )
+
+
+class DeliveryLoop:
+    """One delivery loop up to a moment, whatever sends: iterating it gives each attempt whose
+    app must be called (attempts that end with no call are ended on the way), ``answer`` gives
+    it the app's outcome. While the app is called, the dispatcher names the message as the
+    cause of what the app publishes. Leaving it by an exception (a cancellation, Ctrl-C) puts
+    back the attempt being made: it did not happen."""
+
+    def __init__(self, dispatcher: Dispatcher, until_ms: int) -> None:
+        self._dispatcher = dispatcher
+        self._until_ms = until_ms
+        self._job: Job | None = None
+        #: The deliveries made, in order.
+        self.made: list[Delivery] = []
+
+    def __enter__(self) -> DeliveryLoop:
+        __tracebackhide__ = True
+        self._dispatcher._enter()
+        return self
+
+    def __iter__(self) -> DeliveryLoop:
+        return self
+
+    def __next__(self) -> Job:
+        __tracebackhide__ = True
+        dispatcher = self._dispatcher
+        while (job := dispatcher.next_job(self._until_ms, len(self.made))) is not None:
+            if job.request is None:
+                self.made.append(dispatcher.finish(job.attempt))
+                continue
+            self._job, dispatcher.cause = job, job.message
+            job.duration_ms = dispatcher.handler_times.duration_ms(job.request)
+            return job
+        raise StopIteration
+
+    def answer(self, outcome: Outcome) -> None:
+        """The app answered the attempt last given (or it failed without an answer)."""
+        __tracebackhide__ = True
+        job, self._job = self._job, None
+        assert job is not None
+        self._dispatcher.cause = None
+        if (delivery := self._dispatcher.answered(job, outcome)) is not None:
+            self.made.append(delivery)
+
+    def unrouted(self, exc: Unrouted) -> Outcome:
+        """Nothing could answer the attempt last given: its outcome, or ``UnroutedDeliveryError``
+        (strict routing; the attempt is put back)."""
+        __tracebackhide__ = True
+        job, self._job = self._job, None
+        assert job is not None
+        self._dispatcher.cause = None
+        outcome = self._dispatcher._unrouted(job, exc)
+        self._job = job  # answered next
+        return outcome
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        __tracebackhide__ = True
+        dispatcher = self._dispatcher
+        dispatcher.cause = None
+        dispatcher._running = False
+        if exc_type is not None:
+            if self._job is not None:
+                dispatcher._abandon(self._job)  # cut short: the attempt did not happen
+            return
+        dispatcher.settle(self._until_ms)
