@@ -134,12 +134,12 @@ class Store:
         max_retries: int | None = None,
         cause: Message | None = None,
     ) -> Message:
-        """A new message, due when ``opts`` say. ``cause``: the message whose delivery (or
-        attempt, for a callback) published it, if any: what the loop guard and ``drain``
-        follow."""
+        """A new message, due when ``opts`` say. The message keeps ``opts`` (a run's later
+        step fills in its run's settings there): options another message or a schedule holds
+        are copied first. ``cause``: the message whose delivery (or attempt, for a callback)
+        published it, if any: what the loop guard and ``drain`` follow."""
         now = self.clock.now_ms
         if opts.workflow_headers:
-            opts = opts.copy()  # a schedule's options, say, serve every firing
             self.workflows.inherit(opts)  # a later step takes its run's trigger settings
         not_before = opts.due_ms(now)
         retries = opts.retries if opts.retries is not None else max_retries
@@ -642,10 +642,13 @@ class Store:
         return self.schedules.fire(schedule_id, generation, self._publish_firing)
 
     def _publish_firing(self, schedule: Schedule) -> list[Message]:
+        opts = schedule.options
+        if opts.workflow_headers:
+            opts = opts.copy()  # a run's step takes its settings in place: not the template's
         published, _ = self.publish(
             schedule.destination,
             schedule.content,
-            schedule.options,
+            opts,
             queue=schedule.queue,
             schedule_id=schedule.schedule_id,
         )
