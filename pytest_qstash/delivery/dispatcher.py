@@ -246,12 +246,14 @@ class Dispatcher:
             message.method, url, headers=headers, content=content, extensions={"timeout": timeout}
         )
 
-    def _abandon(self, job: Job) -> None:
+    def abandon(self, job: Job) -> None:
         """A delivery cut short by what is no app error (a cancellation, KeyboardInterrupt,
         SystemExit): the attempt did not happen; the message is due again, not stuck ACTIVE."""
         self.store.requeue(job.attempt)
 
-    def _unrouted(self, job: Job, exc: Unrouted) -> Outcome:
+    def unrouted(self, job: Job, exc: Unrouted) -> Outcome:
+        """Nothing could answer the attempt: ``UnroutedDeliveryError`` under strict routing
+        (the attempt is put back), else a failed attempt's outcome."""
         __tracebackhide__ = True
         job.duration_ms = 0  # nothing answered: the attempt fails at once
         if self.settings.strict_routing:
@@ -361,7 +363,7 @@ class DeliveryLoop:
         job, self._job = self._job, None
         assert job is not None
         self._dispatcher.cause = None
-        outcome = self._dispatcher._unrouted(job, exc)
+        outcome = self._dispatcher.unrouted(job, exc)
         self._job = job  # answered next
         return outcome
 
@@ -377,6 +379,6 @@ class DeliveryLoop:
         dispatcher._running = False
         if exc_type is not None:
             if self._job is not None:
-                dispatcher._abandon(self._job)  # cut short: the attempt did not happen
+                dispatcher.abandon(self._job)  # cut short: the attempt did not happen
             return
         dispatcher.settle(self._until_ms)

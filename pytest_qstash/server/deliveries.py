@@ -92,7 +92,7 @@ class ServerDeliveries:
                     outcomes = await asyncio.gather(*(self._send(job) for job in started))
                 except BaseException:  # cancelled (a shutdown): these attempts did not happen
                     for job in reversed(started):
-                        dispatcher._abandon(job)
+                        dispatcher.abandon(job)
                     raise
                 for job, outcome in zip(started, outcomes, strict=True):
                     delivery = dispatcher.answered(job, outcome)
@@ -120,7 +120,7 @@ class ServerDeliveries:
         except BaseException:
             # The loop guard stopped a runaway cascade: what was started did not happen.
             for job in reversed(started):
-                dispatcher._abandon(job)
+                dispatcher.abandon(job)
             raise
         self._point_delivering(reversed(started))
         return started
@@ -150,7 +150,7 @@ class ServerDeliveries:
         try:
             outcome = await self._send(job)
         except asyncio.CancelledError:
-            self._dispatcher._abandon(job)  # a reset or shutdown: the attempt did not happen
+            self._dispatcher.abandon(job)  # a reset or shutdown: the attempt did not happen
             raise
         assert self._catch_up is not None
         self._catch_up()
@@ -208,7 +208,7 @@ class ServerDeliveries:
                 error = attempt_timeout_error(bound_s)
             return Outcome(None, httpx.Headers(), b"", error)
         except Unrouted as exc:
-            return self._dispatcher._unrouted(job, exc)
+            return self._dispatcher.unrouted(job, exc)
         except Exception as exc:  # our own failure: a failed attempt, never a stuck message
             _log.exception("delivering %s failed", job.message.message_id)
             return Outcome(None, httpx.Headers(), b"", f"{type(exc).__name__}: {exc}")
