@@ -163,3 +163,14 @@ def test_state_speaks_no_http() -> None:
                     if alias.name in WIRE
                 )
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_publish_headers_are_read_in_one_module() -> None:
+    # Internal publishes build MessageOptions; only the edge reads Upstash-* headers.
+    defining = [
+        name
+        for name, (path, _) in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef) and node.name == "parse_options"
+    ]
+    assert defining == ["pytest_qstash.api.publish_headers"]
