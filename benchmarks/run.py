@@ -1178,6 +1178,44 @@ def pytest_startup(report: Report, rounds: int) -> None:
 LATENESS_P95_BUDGET_MS = 100.0
 
 
+def dashboard_cost(report: Report, sizes: tuple[int, int, int, int, int]) -> None:
+    """A dashboard left open on ``pytest-qstash serve``: one poll's size with large bodies
+    pending, the growth three large answers cause, and a publish's p95 while three tabs poll
+    (benchmarks/dashboard.py measures them)."""
+    if importlib.util.find_spec("uvicorn") is None or not Path("/proc/self/status").exists():
+        report.skip("10. dashboard", "needs uvicorn and Linux's /proc", "< 2 MB")
+        return
+    import dashboard as dashboard_bench  # benchmarks/dashboard.py, beside this file
+
+    pending, body, big, bigs, publishes = sizes
+    found = dashboard_bench.measure(pending, body, big, bigs, publishes)
+    stored = pending * body
+    report.check(
+        f"10. one dashboard poll, {pending} pending bodies of {body / 2**20:g} MiB",
+        f"{found['poll_bytes'] / 1e3:,.0f} kB",
+        f"{stored / 1e6:,.0f} MB stored",
+        found["poll_bytes"] / stored,
+        "< 2 MB",
+        found["poll_bytes"] < dashboard_bench.POLL_BUDGET_BYTES,
+    )
+    report.check(
+        f"10. server growth, {bigs} answers of {big / 2**20:g} MiB into the DLQ",
+        f"{found['growth_mb']:.1f} MB",
+        f"{bigs * big / 1e6:,.0f} MB answered",
+        found["growth_mb"] * 1e6 / (bigs * big),
+        f"< {dashboard_bench.GROWTH_BUDGET_MB:.0f} MB",
+        found["growth_mb"] < dashboard_bench.GROWTH_BUDGET_MB,
+    )
+    report.check(
+        f"10. publish p95 with 3 dashboard tabs polling ({publishes} publishes)",
+        ms(found["p95_watched"]),
+        f"{ms(found['p95_alone'])} without tabs",
+        found["p95_watched"] / found["p95_alone"],
+        "< 200 ms",
+        found["p95_watched"] < dashboard_bench.PUBLISH_P95_BUDGET_S,
+    )
+
+
 def server_mode(report: Report, n: int, rounds: int, rate: float, seconds: float) -> None:
     """``pytest-qstash serve`` delivering into a trivial app under uvicorn in its own process:
     one tick of ``n`` messages against ``n`` pooled sequential POSTs of the same bodies from
@@ -1284,6 +1322,7 @@ class Sizes:
     scaling: tuple[int, int, int] | None  # tests, xdist workers, rounds
     startup_rounds: int
     server: tuple[int, int, float, float]  # messages per tick, rounds, publishes/s, seconds
+    dashboard: tuple[int, int, int, int, int]  # pending, body, big answer, answers, publishes
 
 
 FULL = Sizes(
@@ -1300,6 +1339,7 @@ FULL = Sizes(
     (400, 4, 2),
     9,
     (200, 7, 300, 5.0),
+    (100, 2**20, 20 * 2**20, 3, 300),
 )
 # No suite-scaling run: a dozen pytest processes, each importing the web stacks, take longer
 # than the whole smoke run may.
@@ -1317,6 +1357,7 @@ SMOKE = Sizes(
     None,
     1,
     (20, 2, 50, 1.0),
+    (5, 2**16, 2**21, 1, 20),
 )
 
 
@@ -1369,7 +1410,7 @@ def main() -> int:
         help="profile publish + deliver (default) or a 50-step workflow run, judge nothing",
     )
     parser.add_argument(
-        "--only", metavar="N", action="append", help="run only budget N (1-9; repeatable)"
+        "--only", metavar="N", action="append", help="run only budget N (1-10; repeatable)"
     )
     args = parser.parse_args()
     if args.profile:
@@ -1406,6 +1447,7 @@ def main() -> int:
         ("5", "<= 2x", lambda: workflows(report, *size.workflow)),
         ("8", ">= 1x", lambda: server_mode(report, *size.server)),
         ("9", "<= 2x", lambda: persisted_publish(report, *size.deliver)),
+        ("10", "< 2 MB", lambda: dashboard_cost(report, size.dashboard)),
     ]
     if size.scaling is not None:
         scaling = size.scaling

@@ -35,10 +35,17 @@ async def clear_arrivals(request: Request) -> Response:
     return Response(status_code=204)
 
 
+async def big(request: Request) -> Response:
+    """A failing answer of ``?size=`` bytes: what an endpoint's error page can weigh."""
+    await request.body()
+    return Response(b"x" * int(request.query_params.get("size", "0")), status_code=500)
+
+
 app = Starlette(
     routes=[
         Route("/", hook, methods=["GET"]),
         Route("/hook", hook, methods=["POST"]),
+        Route("/big", big, methods=["POST"]),
         Route("/late", late, methods=["POST"]),
         Route("/arrivals", list_arrivals, methods=["GET"]),
         Route("/arrivals", clear_arrivals, methods=["DELETE"]),

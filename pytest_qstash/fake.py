@@ -10,7 +10,7 @@ import re
 import sys
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timezone
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -31,6 +31,7 @@ from .durations import Duration, parse_duration_ms
 from .errors import AsyncContextError
 from .intercept import QStashRouter
 from .query import Found
+from .regions import region_named
 from .state import workflow_dlq
 from .state.account import Account
 from .state.clock import VirtualClock
@@ -91,6 +92,11 @@ class FakeQStash:
     - ``token``, ``current_signing_key``, ``next_signing_key``: override the environment's.
     - ``plan``: the QStash plan whose limits apply: ``"free"``, ``"pay_as_you_go"``,
       ``"fixed_1m"`` or ``"fixed_10m"`` (the default, the most permissive).
+    - ``retention``: forget log entries, finished messages, deliveries and runs after the
+      plan's log retention, and DLQ entries after its DLQ retention, as QStash does
+      (default False: a test's records stay whole however far it advances).
+    - ``region``: ``"us-east-1"`` or ``"eu-central-1"``: deliveries carry ``Upstash-Region``
+      (``US-EAST-1``), as a multi-region account's do (default None: no header).
     """
 
     def __init__(
@@ -112,12 +118,15 @@ class FakeQStash:
         current_signing_key: str | None = None,
         next_signing_key: str | None = None,
         plan: str = DEFAULT_PLAN,
+        region: str | None = None,
+        retention: bool = False,
     ) -> None:
         _check_settings(
             flags={
                 "freeze_time": freeze_time,
                 "raise_app_exceptions": raise_app_exceptions,
                 "strict": strict,
+                "retention": retention,
             },
             counts={
                 "default_retries": (default_retries, 0),
@@ -130,6 +139,8 @@ class FakeQStash:
         ):
             raise TypeError(f"invalid base_urls {base_urls!r}: expected a list of URL strings")
         timeout_ms = parse_duration_ms(delivery_timeout, what="delivery_timeout")
+        #: The region deliveries come from (``regions.Region``), or None.
+        self.region = region_named(region) if region is not None else None
         if timeout_ms <= 0:
             raise ValueError(
                 f"invalid delivery_timeout={delivery_timeout!r}: expected a duration above "
@@ -147,6 +158,7 @@ class FakeQStash:
             default_retries=default_retries,
             dedup_window_ms=parse_duration_ms(dedup_window, what="dedup_window"),
             plan=plan_named(plan),
+            retention=retention,
         )
         self.mounts = MountTable()
         self._handler_times = HandlerTimes()
@@ -167,6 +179,7 @@ class FakeQStash:
                 strict_routing=strict,
                 max_same_instant=max_deliveries_per_instant,
                 max_per_call=max_deliveries_per_call,
+                region=self.region.header if self.region is not None else None,
             ),
             on_time=self._app_clock.move_to,
             handler_times=self._handler_times,
@@ -194,6 +207,11 @@ class FakeQStash:
     @property
     def strict(self) -> bool:
         return self._strict
+
+    @property
+    def retention(self) -> bool:
+        """Whether the plan's retention forgets old records (see the ``retention`` option)."""
+        return self.store.retention is not None
 
     @property
     def delivery_timeout(self) -> float:
@@ -359,7 +377,7 @@ class FakeQStash:
             and response.status_code == 200
             and path.startswith(("/v2/dlq", "/v2/workflows/dlq"))
         ):
-            self._dlq_read.update(self.store.dlq)  # listed (or fetched) through the API
+            self._mark_dlq_read(self.store.dlq)  # listed (or fetched) through the API
         return response
 
     def fail_next(
@@ -514,8 +532,15 @@ class FakeQStash:
 
     @property
     def dlq(self) -> Found[DlqEntry]:
-        self._dlq_read.update(self.store.dlq)  # read: strict_teardown does not ask for it
+        self._mark_dlq_read(self.store.dlq)  # read: strict_teardown does not ask for it
         return Found(self.store.dlq.values(), "DLQ entry")
+
+    def _mark_dlq_read(self, dlq_ids: Iterable[str]) -> None:
+        read = self._dlq_read
+        read.update(dlq_ids)
+        if len(read) > 2 * len(self.store.dlq) + 64:
+            # Entries deleted, retried or expired since: forget them too (amortized).
+            read.intersection_update(self.store.dlq)
 
     @property
     def api_calls(self) -> Found[ApiCall]:
@@ -566,7 +591,7 @@ class FakeQStash:
         failed each (what ``GET /v2/workflows/dlq`` lists), in the order they failed. Each
         entry is in ``qstash.dlq`` too."""
         found = list(workflow_dlq.entries(self.store))
-        self._dlq_read.update(item.dlq_id for item in found)
+        self._mark_dlq_read(item.dlq_id for item in found)
         return Found(found, "workflow DLQ entry")
 
     def resume_run(
@@ -815,7 +840,8 @@ def _moment_ms(value: datetime | str | float) -> int:
     """A moment as unix milliseconds, between 1970 and the end of 9999 (what QStash's times
     and a datetime can both hold); naive datetimes are read as UTC."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if not math.isfinite(value):
+        # In milliseconds: 1e308 seconds is a float, but not as milliseconds.
+        if isinstance(value, float) and not math.isfinite(value * 1000):
             raise ValueError(f"invalid moment {value!r}: expected {_MOMENT_FORMS}")
         ms = round(value * 1000)
     else:

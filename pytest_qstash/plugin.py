@@ -50,6 +50,8 @@ MARKER_OPTIONS = (
     "delivery_timeout",
     "base_urls",
     "plan",
+    "retention",
+    "region",
     "strict_teardown",
 )
 #: What an ini option does, where its FakeQStash keyword's name does not say it.
@@ -57,12 +59,17 @@ _INI_WHAT = {
     "strict_teardown": (
         "fail a test that leaves due messages undelivered or DLQ entries nobody read"
     ),
+    "retention": (
+        "forget logs, finished messages and deliveries after the plan's log retention, "
+        "DLQ entries after its DLQ retention"
+    ),
 }
 _BOOL_INI = {
     "qstash_freeze_time": ("freeze_time", True),
     "qstash_raise_app_exceptions": ("raise_app_exceptions", True),
     "qstash_strict": ("strict", True),
     "qstash_strict_teardown": ("strict_teardown", False),
+    "qstash_retention": ("retention", False),
 }
 
 
@@ -150,6 +157,11 @@ def _header_parts(config: pytest.Config) -> list[str]:
     try:
         if config.getini("qstash_strict_teardown"):
             parts.append("strict teardown")
+    except (ValueError, pytest.UsageError):
+        pass
+    try:
+        if config.getini("qstash_retention"):
+            parts.append("plan retention")
     except (ValueError, pytest.UsageError):
         pass
     return parts

@@ -11,8 +11,9 @@ from reliability_apps import BASE, make_app
 
 from pytest_qstash import FakeQStash
 
-# node_support: the TypeScript SDK fixtures (node_app, node), for the tests that ask for them.
-pytest_plugins = ["pytester", "node_support"]
+# node_support: the TypeScript SDK fixtures (node_app, node), for the tests that ask for them;
+# replay_order: a failing test's report names the tests that ran before it, to replay them.
+pytest_plugins = ["pytester", "node_support", "replay_order"]
 
 
 @pytest.fixture

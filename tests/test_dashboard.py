@@ -3,12 +3,13 @@ a real headless browser (Debian's chromium, driven by Selenium through the syste
 chromedriver). The server, an app under uvicorn (``dashboard_app``) and the real SDK are real
 processes on loopback.
 
-``PYTEST_QSTASH_SCREENSHOT=docs/dashboard.png pytest tests/test_dashboard.py`` saves the page
-as the docs show it.
+``PYTEST_QSTASH_SCREENSHOTS=docs/img pytest tests/test_dashboard.py -k screenshots`` saves the
+pages the docs show.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import time
@@ -72,7 +73,7 @@ def test_no_token_no_page(qstash_server: ServerProcess) -> None:
     assert "script-src 'self'" in html.headers["content-security-policy"]
     snapshot = session.get(f"{page}/data", timeout=10).json()
     assert snapshot["state"]["clock"] == "virtual"
-    assert set(snapshot["lists"]) >= {"messages", "dlq", "runs", "schedules", "flow_keys"}
+    assert set(snapshot["counts"]) >= {"messages", "dlq", "runs", "schedules", "flow_keys"}
     # An action needs the page's header, which a form posted from another site cannot send.
     forged = session.post(f"{page}/act/tick", data="{}", timeout=10)
     assert forged.status_code == 403
@@ -195,6 +196,8 @@ def test_the_dashboard_in_a_browser(
     attempt = text(browser, ".attempt.bad")
     assert "500" in attempt
     assert "card declined" in attempt  # the app's answer
+    browser.back()  # the message had an address of its own: back to the list
+    wait_for(browser, "the list again", lambda d: css(d, row))
 
     # Advancing the clock from the page delivers the delayed message.
     field = browser.find_element("id", "advance-by")
@@ -238,11 +241,6 @@ def test_the_dashboard_in_a_browser(
     failed_steps = texts(browser, f"{failed_card} .step")
     assert "validate" in failed_steps[0]
     assert "step 2" in failed_steps[1]  # where it stopped, on the timeline too
-
-    screenshot = os.environ.get("PYTEST_QSTASH_SCREENSHOT")
-    if screenshot:
-        browser.set_window_size(1100, 860)
-        browser.save_screenshot(screenshot)
 
 
 def test_parallel_steps_share_a_bracket(
@@ -310,3 +308,185 @@ def test_schedules_queues_and_flow_keys(
     open_tab(browser, "flow_keys")
     wait_for(browser, "the key", lambda d: "tenant-7" in text(d, "#panel"))
     assert "10 per 60s" in text(browser, "#panel")
+
+
+def click(driver: Any, what: str, selector: str) -> None:
+    """Find and click in one go: the page re-renders when the data changes."""
+    script = "const e = document.querySelector(arguments[0]); if (e) e.click(); return !!e;"
+    wait_for(driver, what, lambda d: d.execute_script(script, selector))
+
+
+def _route(driver: Any) -> str:
+    found: str = driver.execute_script("return location.hash")
+    return found
+
+
+def test_find_link_and_reload_in_a_browser(
+    browser: Any, qstash_server: ServerProcess, app: AppProcess, sdk: QStash
+) -> None:
+    from selenium.webdriver.support.ui import Select
+
+    for n in range(3):
+        sdk.message.publish_json(url=f"{app.url}/jobs/ok", body={"n": n}, delay="1h")
+    labelled = sdk.message.publish_json(
+        url=f"{app.url}/jobs/ok", body={"order": 7}, delay="1h", label="billing"
+    ).message_id  # type: ignore[union-attr]
+    failing = sdk.message.publish_json(url=f"{app.url}/jobs/fail", body={}, retries=0)
+    failing_id = failing.message_id  # type: ignore[union-attr]
+    qstash_server.tick()
+    qstash_server.advance("1m")
+    browser.get(dashboard_link(qstash_server.url, qstash_server.token))
+
+    # The failing message's row says what went wrong, unopened; labels show.
+    failed_row = f'tr[data-message-id="{failing_id}"]'
+    wait_for(browser, "the failed row", lambda d: "500" in text(d, f"{failed_row} .outcome"))
+    assert "card declined" in text(browser, f"{failed_row} .outcome")
+    assert text(browser, f'tr[data-message-id="{labelled}"] .tag') == "billing"
+    assert "1/1" in text(browser, f"{failed_row} .attempts")
+    assert "waiting" in text(browser, f'tr[data-message-id="{labelled}"] .outcome')
+    assert text(browser, f"{failed_row} time") == "1m ago"  # relative, the exact time on hover
+    exact = browser.find_element("css selector", f"{failed_row} time").get_attribute("title")
+    assert exact.endswith(" UTC")
+
+    # Search narrows the list to one message; the state filter to the failed one.
+    search = browser.find_element("id", "search")
+    search.send_keys("billing")
+    wait_for(browser, "one row", lambda d: len(css(d, "tr.item")) == 1)
+    assert css(browser, "tr.item")[0].get_attribute("data-message-id") == labelled
+    assert "q=billing" in _route(browser)
+    search.clear()
+    search.send_keys("nothing like it")
+    wait_for(browser, "no row", lambda d: "matches" in text(d, "#panel"))
+    search.clear()
+    search.send_keys(" ")  # an input event: the box is empty again
+    wait_for(browser, "every row", lambda d: len(css(d, "tr.item")) == 5)
+    Select(browser.find_element("id", "state-filter")).select_by_value("FAILED")
+    wait_for(browser, "the failed one", lambda d: len(css(d, "tr.item")) == 1)
+    assert css(browser, "tr.item")[0].get_attribute("data-message-id") == failing_id
+    # The filter is in the address: a reload keeps it.
+    browser.refresh()
+    wait_for(browser, "the filter again", lambda d: len(css(d, "tr.item")) == 1)
+    assert browser.find_element("id", "state-filter").get_attribute("value") == "FAILED"
+
+    # A message's link opens it, also after a reload.
+    click(browser, "the failed row", f"{failed_row} td.outcome")
+    wait_for(browser, "the opened message", lambda d: text(d, ".detail .attempt.bad"))
+    assert _route(browser) == f"#messages/{failing_id}"
+    browser.refresh()
+    wait_for(browser, "the message after a reload", lambda d: text(d, ".detail .attempt.bad"))
+    assert "attempt 1 of 1" in text(browser, ".detail .attempt.bad")
+    assert "card declined" in text(browser, ".detail .attempt.bad")
+
+    # From the message to its DLQ entry, which shows the failing answer, and its retry.
+    click(browser, "the DLQ link", '.detail a[data-link="dlq"]')
+    wait_for(browser, "the DLQ entry", lambda d: "The failing answer" in text(d, ".detail"))
+    assert "card declined" in text(browser, ".detail")
+    assert _route(browser).startswith("#dlq/")
+    click(browser, "the retry button", '.detail button[data-action="retry_dlq"]')
+    wait_for(browser, "the retry", lambda d: "new message" in text(d, "#status"))
+    copy_id = text(browser, "#status").rsplit(" ", 1)[1]
+    browser.get(f"{qstash_server.url}{DASHBOARD_PATH}#messages/{copy_id}")
+    origin = '.detail dl.links a[data-link="messages"]'
+    wait_for(browser, "the origin link", lambda d: text(d, origin) == failing_id)
+    click(browser, "the origin link", origin)
+    wait_for(browser, "the origin", lambda d: _route(d) == f"#messages/{failing_id}")
+    wait_for(browser, "its copy", lambda d: copy_id in text(d, ".detail dl.links"))
+
+    # The log's rows lead to their message.
+    open_tab(browser, "events")
+    click(browser, "a log row of the copy", f'#panel a[href="#messages/{copy_id}"]')
+    wait_for(browser, "the copy", lambda d: _route(d) == f"#messages/{copy_id}")
+    # Tabs in the product's words.
+    titles = texts(browser, "nav button")
+    assert any(t.startswith("Waiting for events") for t in titles)
+    assert any(t.startswith("Workflow DLQ") for t in titles)
+    assert not any("waiters" in t or "workflow_dlq" in t for t in titles)
+
+
+def test_a_run_links_its_messages_and_its_dlq_entry(
+    browser: Any, qstash_server: ServerProcess, app: AppProcess
+) -> None:
+    run_id = qstash_server.trigger(f"{app.url}/workflow/declined", {}, retries=0)
+    qstash_server.drain()
+    browser.get(f"{dashboard_link(qstash_server.url, qstash_server.token)}")
+    browser.get(f"{qstash_server.url}{DASHBOARD_PATH}#runs/{run_id}")
+    wait_for(browser, "the run", lambda d: "RUN_FAILED" in text(d, ".detail"))
+    failing = text(browser, ".detail .failing")
+    assert "failed at step 2" in failing
+    assert "card declined by the bank" in failing
+    click(browser, "the failing step's message", '.detail .failing a[data-link="messages"]')
+    wait_for(browser, "the failing step's message", lambda d: _route(d).startswith("#messages/"))
+    wait_for(browser, "the run link", lambda d: text(d, '.detail a[data-link="runs"]') == run_id)
+
+
+def test_what_a_page_shows_is_text_not_markup(
+    browser: Any, qstash_server: ServerProcess, app: AppProcess, sdk: QStash
+) -> None:
+    payload = '<img src=x id=pwned onerror="document.title=1">"><script>document.title=2</script>'
+    hostile = sdk.message.publish(
+        url=f"{app.url}/jobs/ok", body=payload, delay="1h", headers={"X-Note": payload}
+    ).message_id  # type: ignore[union-attr]
+    browser.get(dashboard_link(qstash_server.url, qstash_server.token))
+    browser.get(f"{qstash_server.url}{DASHBOARD_PATH}#messages/{hostile}")
+    wait_for(browser, "the body, as text", lambda d: payload in text(d, ".detail"))
+    assert css(browser, "#pwned") == []
+    assert css(browser, ".detail script") == []
+    assert browser.title == "pytest-qstash"
+    browser.get(f"{qstash_server.url}{DASHBOARD_PATH}#messages")
+    search = wait_for(browser, "the search box", lambda d: d.find_element("id", "search"))
+    search.send_keys("<img src=x id=pwned2>")
+    wait_for(browser, "the search", lambda d: "matches" in text(d, "#panel"))
+    assert css(browser, "#pwned2") == []
+
+
+def test_screenshots(
+    browser: Any, qstash_server: ServerProcess, app: AppProcess, sdk: QStash
+) -> None:
+    """The page at a desktop's size and a phone's, saved under ``$PYTEST_QSTASH_SCREENSHOTS``
+    (the docs' images: ``docs/img``) when that is set."""
+    sdk.message.publish_json(url=f"{app.url}/jobs/ok", body={"n": 1}, delay="10m", label="billing")
+    sdk.message.publish_json(
+        url=f"{app.url}/jobs/fail", body={"order": 7}, retries=1, label="checkout"
+    )
+    sdk.message.publish_json(url=f"{app.url}/jobs/ok", body={"n": 2})
+    sdk.message.publish_json(url=f"{app.url}/jobs/fail", body={}, retries=0)
+    qstash_server.trigger(f"{app.url}/workflow/order", {"order": 7, "qty": 2})
+    qstash_server.trigger(f"{app.url}/workflow/declined", {}, retries=0)
+    qstash_server.advance("1m")
+    folder = os.environ.get("PYTEST_QSTASH_SCREENSHOTS")
+    shots = [
+        ((1400, 1000), "messages", "dashboard-messages.png"),
+        ((1400, 1000), "runs", "dashboard-runs.png"),
+        ((1400, 1000), "dlq", "dashboard-dlq.png"),
+        ((390, 844), "messages", "dashboard-phone.png"),
+    ]
+    browser.get(dashboard_link(qstash_server.url, qstash_server.token))
+    try:
+        for (width, height), tab, name in shots:
+            browser.set_window_size(width, height)
+            browser.get(f"{qstash_server.url}{DASHBOARD_PATH}#{tab}")
+            wait_for(browser, f"the {tab}", lambda d: css(d, "#panel table, #panel .card"))
+            # Nothing wider than the window: no sideways scrolling, on a phone either.
+            overflow = browser.execute_script(
+                "return document.documentElement.scrollWidth - window.innerWidth"
+            )
+            assert overflow <= 0, (tab, width, overflow)
+            if folder:
+                browser.save_screenshot(str(Path(folder) / name))
+    finally:
+        browser.set_window_size(1200, 800)
+
+
+def test_polls_follow_one_another(browser: Any, qstash_server: ServerProcess) -> None:
+    browser.get(dashboard_link(qstash_server.url, qstash_server.token))
+    wait_for(browser, "the clock", lambda d: d.find_element("id", "now").text.endswith("Z"))
+    browser.execute_script("performance.clearResourceTimings()")
+    time.sleep(3.5)
+    polls = browser.execute_script(
+        "return performance.getEntriesByType('resource')"
+        ".filter((e) => e.name.includes('/dashboard/data'))"
+        ".map((e) => [e.startTime, e.responseEnd])"
+    )
+    assert 2 <= len(polls) <= 5, polls  # about one a second
+    for (_, ended), (started, _) in itertools.pairwise(polls):
+        assert started >= ended, polls  # never two at once

@@ -11,7 +11,13 @@ plugin loaded as for a user), whose conftest provides the project a sample stand
 An HTML comment right before a sample's fence, invisible on the rendered page, may say:
 
 - ``<!-- setup: CODE -->``: code run first, in the same scope (the state a sample assumes);
-- ``<!-- not-run: WHY -->``: the sample is not run (a fragment that cannot stand alone).
+- ``<!-- not-run: WHY -->``: the sample is not run (a fragment that cannot stand alone);
+- ``<!-- file: NAME.py -->``: the sample is a file of the reader's project (``app.py``): it is
+  written beside every later sample of the same page, which may import it, and its own test
+  only imports it.
+
+A sample that defines a ``test_`` function at top level runs as the whole module it is (app,
+routes and tests together, as a how-to guide shows them).
 """
 
 from __future__ import annotations
@@ -26,11 +32,11 @@ import pytest
 from inner_pytest import run_inner
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
+PAGES = [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]
 ENV = Path(__file__).with_name("docs_sample_env.py")
 
 _FENCE = re.compile(
-    r"(?:<!--\s*(?P<kind>setup|not-run):(?P<comment>.*?)-->\s*\n)?"
+    r"(?:<!--\s*(?P<kind>setup|not-run|file):(?P<comment>.*?)-->\s*\n)?"
     r"^```python\n(?P<code>.*?)^```$",
     re.DOTALL | re.MULTILINE,
 )
@@ -43,6 +49,8 @@ class Sample:
     code: str
     setup: str = ""
     not_run: str = ""
+    #: The file name a ``file:`` sample is written as (``app.py``).
+    file: str = ""
 
     @property
     def name(self) -> str:
@@ -62,6 +70,7 @@ def samples(page: Path) -> list[Sample]:
                 match["code"],
                 setup=comment if match["kind"] == "setup" else "",
                 not_run=comment.strip() if match["kind"] == "not-run" else "",
+                file=comment.strip() if match["kind"] == "file" else "",
             )
         )
     return found
@@ -76,8 +85,13 @@ def as_test_module(sample: Sample) -> str:
     tree = ast.parse(sample.code)
     functions = (ast.FunctionDef, ast.AsyncFunctionDef)
     defines = [node for node in tree.body if isinstance(node, functions)]
-    if defines and all(
-        isinstance(node, (*functions, ast.Import, ast.ImportFrom)) for node in tree.body
+    if sample.file:
+        module = Path(sample.file).stem
+        return f"{header}import {module}\n\n\ndef test_sample_imports():\n    pass\n"
+    runs_as_module = any(node.name.startswith("test_") for node in defines)
+    if defines and (
+        runs_as_module
+        or all(isinstance(node, (*functions, ast.Import, ast.ImportFrom)) for node in tree.body)
     ):
         module = f"{header}{sample.setup}\n{sample.code}"
         if not any(node.name.startswith("test_") for node in defines):
@@ -100,6 +114,9 @@ def test_sample_runs(pytester: pytest.Pytester, sample: Sample) -> None:
         pytest.skip(f"marked not-run: {sample.not_run}")
     pytester.makeconftest("from docs_sample_env import *\n")
     pytester.makepyfile(docs_sample_env=ENV.read_text(encoding="utf-8"))
+    for earlier in ALL:
+        if earlier.page == sample.page and earlier.file and earlier.line <= sample.line:
+            pytester.makepyfile(**{Path(earlier.file).stem: earlier.code})
     pytester.makepyfile(test_sample=as_test_module(sample))
     result = run_inner(pytester, "-o", "asyncio_mode=auto", "-W", "error::pytest.PytestWarning")
     outcomes = result.parseoutcomes()

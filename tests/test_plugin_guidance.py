@@ -180,6 +180,7 @@ def test_help_lists_the_ini_options_together(pytester: pytest.Pytester) -> None:
         "qstash_raise_app_exceptions",
         "qstash_strict",
         "qstash_strict_teardown",
+        "qstash_retention",
         "qstash_time_library",
         "qstash_start",
         "qstash_delivery_timeout",

@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -245,14 +246,16 @@ def test_output_is_what_the_process_logged() -> None:
         assert server.output == "listening\nmore"
 
 
-def test_reset_forgets_everything_and_time_stays(qstash_server: ServerProcess, sdk: QStash) -> None:
+def test_reset_forgets_everything_and_starts_the_clock_afresh(
+    qstash_server: ServerProcess, sdk: QStash
+) -> None:
     before = sdk.message.publish_json(url="http://127.0.0.1:9/x", body={}, delay="1h")
-    qstash_server.advance("2h")
-    later = qstash_server.now
+    qstash_server.advance("400d")
     qstash_server.reset()
     assert qstash_server.messages == []
     assert qstash_server.deliveries == []
-    assert qstash_server.now >= later
+    # Now, as a fresh server: the next test does not start where this one moved the clock.
+    assert abs(qstash_server.now - datetime.now(timezone.utc)) < timedelta(minutes=5)
     # Apps outlive a reset: a message after it never reuses an id one of them saw before.
     after = sdk.message.publish_json(url="http://127.0.0.1:9/x", body={}, delay="1h")
     assert after.message_id != before.message_id  # type: ignore[union-attr]
@@ -331,6 +334,48 @@ def test_one_server_per_xdist_worker(pytester: pytest.Pytester) -> None:
     servers = [json.loads((pytester.path / f"gw{n}.json").read_text()) for n in (0, 1)]
     assert servers[0]["url"] != servers[1]["url"]
     assert servers[0]["pid"] != servers[1]["pid"]
+
+
+def test_a_suite_on_the_session_server_does_not_lean_on_test_order(
+    pytester: pytest.Pytester,
+) -> None:
+    # The documented pattern: a session server started at a fixed moment, reset before each
+    # test. Whatever a test does to the clock, the next one starts at that moment.
+    pytester.makepyfile(
+        """
+        from datetime import datetime, timezone
+
+        import pytest
+
+        START = datetime(2020, 1, 1, tzinfo=timezone.utc)
+
+
+        @pytest.fixture(scope="session")
+        def qstash_server_options():
+            return {"start": START.isoformat()}
+
+
+        @pytest.fixture(autouse=True)
+        def _fresh(qstash_server):
+            qstash_server.reset()
+
+
+        def test_a_moves_the_clock_a_year(qstash_server):
+            assert qstash_server.now == START
+            qstash_server.advance("365d")
+
+
+        def test_b_starts_at_the_start(qstash_server):
+            assert qstash_server.now == START
+            qstash_server.reset(start="9999-12-31T23:00:00Z")
+
+
+        def test_c_starts_at_the_start_too(qstash_server):
+            assert qstash_server.now == START
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3)
 
 
 def test_only_the_tests_that_use_the_server_see_its_url(

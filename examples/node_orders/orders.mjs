@@ -13,7 +13,8 @@ import { Client, serve } from "@upstash/workflow";
 
 const orders = new Map();
 const client = new Client({ baseUrl: process.env.QSTASH_URL, token: process.env.QSTASH_TOKEN });
-const appUrl = process.env.APP_URL ?? "http://127.0.0.1:3000";
+// This service's own URL: APP_URL, else where it listens (known once it does).
+let appUrl = process.env.APP_URL;
 
 const paymentEvent = (orderId) => `payment-${orderId}`;
 
@@ -89,9 +90,13 @@ const server = http.createServer((req, res) => {
   });
 });
 // Started by a test, the service listens on the socket the test bound (its descriptor is the
-// first argument); started by hand, on PORT.
+// first argument); started by hand, on PORT (0: a free port). It says where on stdout.
 const fd = process.argv[2];
-server.listen(fd !== undefined ? { fd: Number(fd) } : { port: Number(process.env.PORT ?? 3000) });
+const where = fd !== undefined ? { fd: Number(fd) } : { port: Number(process.env.PORT ?? 3000), host: "127.0.0.1" };
+server.listen(where, () => {
+  appUrl ??= `http://127.0.0.1:${server.address().port}`;
+  console.log(`orders: listening on ${appUrl}`);
+});
 // Stop with the process that started it.
 const parent = process.ppid;
 setInterval(() => process.ppid !== parent && process.exit(0), 500).unref();

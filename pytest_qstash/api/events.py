@@ -161,12 +161,14 @@ def _page(store: Store, request: httpx.Request) -> dict[str, Any]:
     from_ms = int_filter(filters, "fromDate")
     to_ms = int_filter(filters, "toDate")
 
-    # Start at the cursor, not at the top: paging through the whole log stays linear.
+    # Start at the cursor, not at the top: paging through the whole log stays linear. A
+    # cursor's position counts the entries retention dropped too, so it outlives a drop.
+    size, dropped = len(store.events), store.events.dropped
     if latest_first:
-        top = len(store.events) - 1 if cursor is None else min(cursor[1], len(store.events) - 1)
+        top = size - 1 if cursor is None else min(cursor[1] - dropped, size - 1)
         positions: Iterable[int] = range(top, -1, -1)
     else:
-        positions = range(0 if cursor is None else max(cursor[1], 0), len(store.events))
+        positions = range(0 if cursor is None else max(cursor[1] - dropped, 0), size)
     listed: list[dict[str, Any]] = []
     out: dict[str, Any] = {}
     for position in positions:
@@ -180,7 +182,7 @@ def _page(store: Store, request: httpx.Request) -> dict[str, Any]:
         ):
             continue
         if len(listed) == count:
-            out["cursor"] = f"{event.time_ms}-{position}"
+            out["cursor"] = f"{event.time_ms}-{position + dropped}"
             break
         listed.append(event_json(event))
     out["events"] = listed

@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 
-from ..state.models import FINAL_STATES, Message
+from ..state.models import FINAL_STATES, Message, split_labels
 from ..state.schedules import CronExpression, InvalidCron, Schedule
 from ..state.store import Store
 from ._http import (
@@ -87,6 +87,7 @@ def _schedule(store: Store, schedule_id: str) -> Schedule:
 
 def schedule_json(store: Store, schedule: Schedule) -> dict[str, Any]:
     opts = schedule.options
+    labels = split_labels(opts.label)
     out: dict[str, Any] = {
         "scheduleId": schedule.schedule_id,
         "destination": schedule.destination,
@@ -107,8 +108,9 @@ def schedule_json(store: Store, schedule: Schedule) -> dict[str, Any]:
         "failureCallback": opts.failure_callback,
         "queueName": schedule.queue,
         "retryDelayExpression": opts.retry_delay.text if opts.retry_delay else None,
-        "label": opts.label,
-        "labels": [opts.label] if opts.label else None,  # as a message shows them
+        # `Upstash-Label: a,b` is two labels, shown as a message's are.
+        "label": labels[0] if labels else None,
+        "labels": list(labels) or None,
         "lastScheduleTime": schedule.last_ms,
         "error": schedule.error,
     }

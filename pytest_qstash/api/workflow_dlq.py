@@ -29,6 +29,7 @@ from ._http import (
     Filters,
     cause_of,
     empty_response,
+    header_map,
     int_filter,
     json_response,
     put_body,
@@ -65,6 +66,8 @@ FILTERS = (
 def entry_json(item: WorkflowDlqEntry) -> dict[str, Any]:
     """A ``WorkflowDLQMessage`` (with the fields the TypeScript client reads besides)."""
     entry, run, message = item.entry, item.run, item.message
+    # The run's redaction holds for each of its messages, as /v2/dlq and /v2/logs show them.
+    redact = message.redact or run.redact
     out: dict[str, Any] = {
         "dlqId": entry.dlq_id,
         "messageId": message.message_id,
@@ -73,7 +76,7 @@ def entry_json(item: WorkflowDlqEntry) -> dict[str, Any]:
         "workflowCreatedAt": run.created_ms,
         "url": message.url,
         "method": message.method,
-        "header": header_lists(message.headers),
+        "header": header_map(message.headers, redact),
         "maxRetries": message.max_retries,
         "notBefore": message.not_before_ms,
         "createdAt": entry.created_ms,
@@ -81,7 +84,7 @@ def entry_json(item: WorkflowDlqEntry) -> dict[str, Any]:
         "responseStatus": entry.response_status if entry.response_status is not None else 0,
         "responseHeader": header_lists(entry.response_headers),
     }
-    put_body(out, message.content)
+    put_body(out, message.content, redact="body" in redact)
     put_body(out, entry.response_content, key="responseBody")
     if run.labels:
         out["label"], out["labels"] = run.labels[0], list(run.labels)

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from ..state.models import Delivery, Message
-from ..state.options import MessageOptions, header_lists
+from ..state.options import MessageOptions
 from ..state.store import Store
 from ..state.workflows import NOT_FOUND, STEP, WorkflowRun, WorkflowStep
 from ._http import (
@@ -24,6 +24,7 @@ from ._http import (
     int_filter,
     json_response,
     query_filters,
+    redacted,
 )
 
 #: Runs listed per page of the logs, by default and at most (the OpenAPI's run mode).
@@ -261,7 +262,7 @@ def _run_json(run: WorkflowRun) -> dict[str, Any]:
     if run.completed_ms is not None:
         out["workflowRunCompletedAt"] = run.completed_ms
     if run.response:
-        out["workflowRunResponse"] = run.response
+        out["workflowRunResponse"] = _shown(run.response, run.redact)
     if run.dlq_id:
         out["dlqId"] = run.dlq_id
     if run.invoker is not None:
@@ -278,7 +279,7 @@ def _run_json(run: WorkflowRun) -> dict[str, Any]:
         groups.append({"type": "sequential", "steps": [_initial_step_json(run.messages[0])]})
     calls = _call_requests(run)  # in step order, one for each call step
     for group in run.step_groups:
-        steps = [_step_json(step, calls) for step in group.steps]
+        steps = [_step_json(step, calls, run.redact) for step in group.steps]
         groups.append({"type": group.type, "steps": steps})
     pending = [_pending_json(m) for m in run.messages if not m.done]
     if pending and run.active:
@@ -287,7 +288,13 @@ def _run_json(run: WorkflowRun) -> dict[str, Any]:
     return out
 
 
-def _step_json(step: WorkflowStep, calls: list[Message]) -> dict[str, Any]:
+def _shown(text: str, redact: tuple[str, ...]) -> str:
+    """A body or output as the logs show it: ``REDACTED:<sha256>`` when the run's body is
+    redacted (the docs: the step outputs are hidden too); nothing stays nothing."""
+    return redacted(text.encode()) if text and "body" in redact else text
+
+
+def _step_json(step: WorkflowStep, calls: list[Message], redact: tuple[str, ...]) -> dict[str, Any]:
     out = step.raw.get("out")
     message = step.message
     info: dict[str, Any] = {
@@ -297,7 +304,9 @@ def _step_json(step: WorkflowStep, calls: list[Message]) -> dict[str, Any]:
         "callType": STEP,
         "messageId": step.message_id,
         # Documented as a string: a sleep (which has no result) shows an empty one.
-        "out": out if isinstance(out, str) else ("" if out is None else json.dumps(out)),
+        "out": _shown(
+            out if isinstance(out, str) else ("" if out is None else json.dumps(out)), redact
+        ),
         "concurrent": step.concurrent,
         # A plan step stands for a parallel step that has not finished yet.
         "state": "STEP_PROGRESS" if step.is_plan else "STEP_SUCCESS",
@@ -309,9 +318,10 @@ def _step_json(step: WorkflowStep, calls: list[Message]) -> dict[str, Any]:
     if step.sleep_until is not None:
         info["sleepUntil"] = step.sleep_until
     if step.type == "Call" and isinstance(step.out, dict):
-        info.update(_call_request_json(calls.pop(0) if calls else None))
+        info.update(_call_request_json(calls.pop(0) if calls else None, redact))
         info["callResponseStatus"] = step.out.get("status")
-        info["callResponseBody"] = step.out.get("body")
+        body = step.out.get("body")
+        info["callResponseBody"] = _shown(body, redact) if isinstance(body, str) else body
         info["callResponseHeaders"] = step.out.get("header")
     return info
 
@@ -323,7 +333,7 @@ def _initial_step_json(message: Message) -> dict[str, Any]:
         "stepType": "Initial",
         "callType": STEP,
         "messageId": message.message_id,
-        "out": message.body,
+        "out": _shown(message.body, message.redact),
         "concurrent": 1,
         "state": "STEP_SUCCESS" if message.state == "DELIVERED" else "STEP_PROGRESS",
         "createdAt": message.created_ms,
@@ -342,15 +352,16 @@ def _call_requests(run: WorkflowRun) -> list[Message]:
     return [m for m in run.messages if m.message_id in reported]
 
 
-def _call_request_json(message: Message | None) -> dict[str, Any]:
-    """What a call step sent: ``callUrl``, ``callMethod``, ``callBody``, ``callHeaders``."""
+def _call_request_json(message: Message | None, redact: tuple[str, ...]) -> dict[str, Any]:
+    """What a call step sent: ``callUrl``, ``callMethod``, ``callBody``, ``callHeaders``
+    (hidden as the run's redaction says)."""
     if message is None:
         return {}
     return {
         "callUrl": message.url,
         "callMethod": message.method,
-        "callBody": message.body,
-        "callHeaders": header_map(message.headers),
+        "callBody": _shown(message.body, redact),
+        "callHeaders": header_map(message.headers, redact),
     }
 
 
@@ -375,9 +386,10 @@ DEFAULT_RETRY_DELAY = "min(86400000, exp(2.5 * (retried + 1)) * 1000)"
 
 def _delivery_settings(message: Message) -> dict[str, Any]:
     """What every step of the logs shows of its message: the headers it is delivered with,
-    its retries (the most it is retried) and its retry delay."""
+    its retries (the most it is retried) and its retry delay. Redacted headers stay hidden,
+    as ``/v2/logs`` hides them."""
     return {
-        "headers": header_lists(message.headers),
+        "headers": header_map(message.headers, message.redact),
         "retries": message.max_retries,
         "retryDelay": message.retry_delay or DEFAULT_RETRY_DELAY,
     }

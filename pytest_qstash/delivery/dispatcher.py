@@ -25,6 +25,7 @@ import httpx
 from ..errors import DeliveryLoopError, ReentrantCallError, UnroutedDeliveryError
 from ..state.attempts import Attempt
 from ..state.models import Delivery, Message, ms_to_datetime
+from ..state.retention import Trail
 from ..state.scheduler import Scheduler
 from ..state.store import AttemptResult, Store
 from .handler_time import HandlerTimes
@@ -61,6 +62,8 @@ class DispatchSettings:
     strict_routing: bool = True
     max_same_instant: int = _MAX_SAME_INSTANT
     max_per_call: int = _MAX_PER_CALL
+    #: ``Upstash-Region``'s value (``US-EAST-1``), or None: no header.
+    region: str | None = None
 
 
 class Dispatcher:
@@ -142,7 +145,7 @@ class Dispatcher:
 
     # -- steps ------------------------------------------------------------------------------
     @property
-    def deliveries(self) -> list[Delivery]:
+    def deliveries(self) -> Trail[Delivery]:
         return self.store.deliveries
 
     def next_job(self, until_ms: int, made: int) -> Job | None:
@@ -221,6 +224,8 @@ class Dispatcher:
         if message.schedule_id:
             headers["Upstash-Schedule-Id"] = message.schedule_id
         headers["Upstash-Caller-Ip"] = message.caller_ip
+        if self.settings.region is not None:
+            headers["Upstash-Region"] = self.settings.region
         # Issued on the clock the app verifies with, read as PyJWT (every Receiver's verifier)
         # reads it: the virtual one while the fake moves the app's clock, the real one with
         # freeze_time=False, and a test's own freezer's when one (a @freeze_time decorator,

@@ -38,11 +38,15 @@ class Mount:
     client: ClientFlavour | None = None
 
     def matches(self, url: str) -> bool:
-        if not url.startswith(self.base_url):
-            return False
-        # "https://app.test/api" must not match "https://app.test/apiary".
-        rest = url[len(self.base_url) :]
-        return not rest or self.base_url.endswith("/") or rest[0] in "/?#"
+        return _under(url, self.base_url)
+
+
+def _under(url: str, base_url: str) -> bool:
+    if not url.startswith(base_url):
+        return False
+    # "https://app.test/api" must not match "https://app.test/apiary".
+    rest = url[len(base_url) :]
+    return not rest or base_url.endswith("/") or rest[0] in "/?#"
 
 
 def normalize_base_url(base_url: str) -> str:
@@ -218,3 +222,65 @@ class MountTable:
     @property
     def base_urls(self) -> list[str]:
         return [m.base_url for m in self._mounts]
+
+
+# -- the server's outbound mounts -------------------------------------------------------------
+#: One outbound mount of the server: a URL prefix and the base URL its requests go to instead.
+Redirect = tuple[str, str]
+
+
+def check_redirect(prefix: str, to: str) -> Redirect:
+    """``(prefix, to)`` in the form ``redirect`` matches on, or ``ValueError`` saying what is
+    accepted: both absolute http(s) URLs with a host, without a query or fragment."""
+    return mount_url(prefix, "prefix"), mount_url(to, "to")
+
+
+def mount_url(url: str, name: str = "prefix") -> str:
+    """One side of an outbound mount, normalized as ``normalize_base_url`` does."""
+    example = "https://api.openai.com" if name == "prefix" else "http://127.0.0.1:9000"
+    if not isinstance(url, str):
+        raise ValueError(f"cannot mount with {name} {url!r}: expected a URL, e.g. {example!r}")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - read for its check: a port out of range raises here
+    except ValueError as exc:
+        raise ValueError(f"cannot mount with {name} {url!r}: {exc}") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ValueError(
+            f"cannot mount with {name} {url!r}: expected an absolute http:// or https:// URL "
+            f"with a host, e.g. {example!r}"
+        )
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        raise ValueError(
+            f"cannot mount with {name} {url!r}: expected a scheme, host and optional path, "
+            "without a query or fragment"
+        )
+    try:
+        return normalize_base_url(url)
+    except httpx.InvalidURL as exc:
+        raise ValueError(f"cannot mount with {name} {url!r}: {exc}") from None
+
+
+def merge_redirects(
+    old: tuple[Redirect, ...], new: tuple[Redirect, ...] | list[Redirect]
+) -> tuple[Redirect, ...]:
+    """``old`` with ``new`` added: a prefix in both takes its target from ``new``."""
+    merged = dict(old)
+    for prefix, to in new:
+        merged.pop(prefix, None)  # a prefix given again goes last, with its new target
+        merged[prefix] = to
+    return tuple(merged.items())
+
+
+def redirect(url: str, redirects: list[Redirect] | tuple[Redirect, ...]) -> str | None:
+    """Where a request to ``url`` goes under the longest prefix it starts with (at a path
+    boundary: ``https://a.test/api`` takes ``/api/x`` and ``/api?q``, never ``/apiary``): that
+    prefix's target plus the rest of the path and query. None when no prefix matches."""
+    best: Redirect | None = None
+    for prefix, to in redirects:
+        if (best is None or len(prefix) > len(best[0])) and _under(url, prefix):
+            best = (prefix, to)
+    if best is None:
+        return None
+    prefix, to = best
+    return to + url[len(prefix) :]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -32,6 +33,7 @@ import httpx
 
 from ..api import same_token
 from ..api._http import request_path
+from ..delivery.mounts import Redirect, check_redirect, merge_redirects, mount_url
 from ..fake import FakeQStash
 from ..state.models import Delivery
 from ..state.plans import DEFAULT_PLAN, PLANS, plan_named
@@ -73,6 +75,13 @@ class ServerSettings:
     plan: str = DEFAULT_PLAN
     #: The real-time bound on one delivery attempt, in seconds.
     attempt_timeout: float = DEFAULT_ATTEMPT_TIMEOUT_S
+    #: Whether the plan's log and DLQ retention forget old records (on: a server left
+    #: running stays bounded).
+    retention: bool = True
+    #: Outbound mounts (``--mount``, ``POST /_qstash/mounts``): (URL prefix, target) pairs.
+    mounts: tuple[Redirect, ...] = ()
+    #: The region deliveries are marked with (``us-east-1``), or None.
+    region: str | None = None
 
 
 def build_fake(
@@ -99,6 +108,8 @@ def build_fake(
         current_signing_key=settings.current_signing_key,
         next_signing_key=settings.next_signing_key,
         plan=plan if plan is not None else settings.plan,
+        retention=settings.retention,
+        region=settings.region,
     )
     fake._sender.network = True  # the user runs a server: unmounted URLs are real endpoints
     return fake
@@ -185,6 +196,7 @@ class QStashServerApp:
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._pool = OriginPools()
+        self._pool.mounts = self.settings.mounts
         self.fake._sender.pool = self._pool
         if self.settings.clock == "real":
             self._follower = asyncio.get_running_loop().create_task(self._follow_wall_clock())
@@ -215,6 +227,27 @@ class QStashServerApp:
             catch_up=self._catch_up_clock if real else None,
             on_end=self._wake_up if real else None,
         )
+
+    def mount(self, prefix: str, to: str) -> Redirect:
+        """Send the outbound requests under ``prefix`` to ``to`` from now on (a prefix mounted
+        already changes its target); ``ValueError`` saying what is accepted."""
+        pair = check_redirect(prefix, to)
+        self._set_mounts(merge_redirects(self.settings.mounts, [pair]))
+        return pair
+
+    def unmount(self, prefix: str) -> bool:
+        """Forget the mount at ``prefix``; False when there was none."""
+        prefix = mount_url(prefix)
+        kept = tuple(m for m in self.settings.mounts if m[0] != prefix)
+        removed = len(kept) != len(self.settings.mounts)
+        self._set_mounts(kept)
+        return removed
+
+    def _set_mounts(self, mounts: tuple[Redirect, ...]) -> None:
+        # On the settings: what a data dir keeps, and what a reset leaves alone.
+        self.settings = dataclasses.replace(self.settings, mounts=mounts)
+        if self._pool is not None:
+            self._pool.mounts = mounts
 
     def _wake_up(self) -> None:
         if self._wake is not None:
@@ -262,8 +295,10 @@ class QStashServerApp:
                 return await self._act(request, action)
         except ControlError as exc:
             return httpx.Response(exc.status, json={"error": exc.message})
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, OverflowError) as exc:
             return httpx.Response(400, json={"error": str(exc)})
+        except RecursionError:  # a value nested deeper than anything reads back
+            return httpx.Response(400, json={"error": "the body is nested too deeply"})
         except Exception as exc:  # a delivery loop error, say: tell the client, keep serving
             _log.exception("control request %s failed", action)
             return httpx.Response(500, json={"error": f"{type(exc).__name__}: {exc}"})
@@ -289,6 +324,8 @@ class QStashServerApp:
             return httpx.Response(200, json=self._state())
         if method == "GET" and action == "mark":
             return httpx.Response(200, json=reports.Mark.of(self.fake.store, self._resets).json())
+        if action == "mounts" and method in ("GET", "POST", "DELETE"):
+            return self._mounts(method, request)
         if method != "POST":
             raise ControlError(404, f"{method} {CONTROL_PREFIX}/{action} is no control endpoint")
         body = _json_body(request)
@@ -359,6 +396,32 @@ class QStashServerApp:
             return httpx.Response(200, json=answers)
         raise ControlError(404, f"POST {CONTROL_PREFIX}/{action} is no control endpoint")
 
+    # -- what the dashboard calls (``dashboard.Host``) --------------------------------------
+    def state(self) -> dict[str, Any]:
+        """The clock and plan, as ``GET /_qstash/state`` answers them."""
+        return self._state()
+
+    async def control(self, request: httpx.Request, action: str) -> httpx.Response:
+        """A control API request, answered as over HTTP (the token checked)."""
+        return await self._control(request, action)
+
+    def api(self, request: httpx.Request) -> httpx.Response:
+        """A QStash API request, answered as over HTTP."""
+        return self._api(request)
+
+    def _mounts(self, method: str, request: httpx.Request) -> httpx.Response:
+        """GET lists the outbound mounts; POST ``{"prefix", "to"}`` adds one; DELETE
+        ``{"prefix"}`` removes one (``{"removed": false}`` when there was none)."""
+        if method == "POST":
+            body = _json_body(request)
+            prefix, to = self.mount(_required(body, "prefix"), _required(body, "to"))
+            return httpx.Response(200, json={"prefix": prefix, "to": to})
+        if method == "DELETE":
+            removed = self.unmount(_required(_json_body(request), "prefix"))
+            return httpx.Response(200, json={"removed": removed})
+        mounts = [{"prefix": prefix, "to": to} for prefix, to in self.settings.mounts]
+        return httpx.Response(200, json=mounts)
+
     def _state(self) -> dict[str, Any]:
         due = self.fake.next_due()
         return {
@@ -425,8 +488,9 @@ class QStashServerApp:
 
     async def _replace_fake(self, start: Any, keep: Any, plan: str | None) -> None:
         old, old_deliveries = self.fake, self._deliveries
-        if start is None and self.settings.clock == "virtual":
-            start = max(_wall_start("virtual"), old.clock.now_ms / 1000)
+        # Without a start, a virtual clock starts where a fresh server's does (its --start, or
+        # now), not where the last test left it: tests sharing a server must not lean on the
+        # order they run in.
         fake = build_fake(self.settings, start, self._resets + 1, plan)
         carry_over(old.store, fake.store, keep)
         self._resets += 1
@@ -454,12 +518,19 @@ def _json_body(request: httpx.Request) -> dict[str, Any]:
     if not request.content.strip():
         return {}
     try:
-        body = json.loads(request.content)
+        body = json.loads(request.content, parse_constant=_not_json)
     except (ValueError, RecursionError):
-        raise ControlError(400, "the body is not JSON: expected a JSON object") from None
+        raise ControlError(
+            400, "the body is not JSON (NaN and Infinity are not): expected a JSON object"
+        ) from None
     if not isinstance(body, dict):
         raise ControlError(400, "expected a JSON object as the body")
     return body
+
+
+def _not_json(constant: str) -> Any:
+    # Python's json reads NaN and Infinity; JSON has no such numbers.
+    raise ValueError(f"{constant} is not JSON")
 
 
 class BodyTooLarge(Exception):

@@ -2,7 +2,13 @@
 
 It binds the socket itself (port 0 picks a free one), and once uvicorn listens prints the
 four ``NAME=value`` lines an app needs, on stdout, one per line, then serves until stopped.
-Logs go to stderr, so the first four lines of stdout are all a script has to read.
+Logs go to stderr, so the first four lines of stdout are all a script has to read. Dev mode
+and a region add lines after those four (``QSTASH_DEV``, ``QSTASH_REGION``, ...).
+
+Dev mode (``--dev``, or ``QSTASH_DEV=true`` in the environment) is what the TypeScript SDKs'
+own dev mode looks for: 127.0.0.1 on 8080 or ``QSTASH_DEV_PORT``, Upstash's public dev token
+and signing keys, which they probe with ``GET /v2/keys`` before they would download Upstash's
+dev server binary.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import asyncio
 import contextlib
 import copy
 import ipaddress
+import logging
 import os
 import secrets
 import socket
@@ -21,8 +28,11 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..delivery.mounts import Redirect, check_redirect, merge_redirects
 from ..durations import parse_duration_ms
-from ..state.account import make_token
+from ..regions import ACCEPTED as ACCEPTED_REGIONS
+from ..regions import region_named
+from ..state.account import Account, make_token
 from ..state.plans import DEFAULT_PLAN, PLANS
 from .app import CLOCK_MODES, QStashServerApp, ServerSettings
 from .dashboard import dashboard_link
@@ -30,8 +40,46 @@ from .deliveries import DEFAULT_ATTEMPT_TIMEOUT_S
 from .persistence import DataDir, PersistenceError
 
 DEFAULT_HOST = "127.0.0.1"
+#: How long a connection may stay open without sending a request (seconds).
+DEFAULT_IDLE_TIMEOUT_S = 15.0
+_log = logging.getLogger("pytest_qstash.server")
 DEFAULT_PORT = 8080
 _KEY_ALPHABET = string.ascii_letters + string.digits
+
+#: Upstash's public dev credentials: what the TypeScript SDKs' dev mode sends and expects
+#: (``DEV_CREDENTIALS`` in qstash-js's ``src/dev-server/constants.ts``). Not secrets.
+DEV_TOKEN = "eyJVc2VySUQiOiJkZWZhdWx0VXNlciIsIlBhc3N3b3JkIjoiZGVmYXVsdFBhc3N3b3JkIn0="
+DEV_CURRENT_SIGNING_KEY = "sig_7kYjw48mhY7kAjqNGcy6cr29RJ6r"
+DEV_NEXT_SIGNING_KEY = "sig_5ZB6DVzB1wjE8S6rZ7eenA8Pdnhs"
+
+
+class UsageError(ValueError):
+    """A command line (or environment) the server cannot start with: the message says why."""
+
+
+def dev_mode_from_env(env: Mapping[str, str]) -> bool:
+    """``QSTASH_DEV`` as the SDKs read it: true/1 on, unset/empty/false/0 off, else refused."""
+    value = env.get("QSTASH_DEV", "")
+    if value in ("", "false", "0"):
+        return False
+    if value in ("true", "1"):
+        return True
+    raise UsageError(
+        f"invalid QSTASH_DEV {value!r} in the environment: expected true or 1 (dev mode), "
+        "false, 0 or empty (as the SDKs accept)"
+    )
+
+
+def dev_port_from_env(env: Mapping[str, str]) -> int:
+    """The dev server's port: ``QSTASH_DEV_PORT``, else 8080."""
+    value = env.get("QSTASH_DEV_PORT", "")
+    if not value:
+        return DEFAULT_PORT
+    if not value.isdigit() or not 0 < int(value) <= 65535:
+        raise UsageError(
+            f"invalid QSTASH_DEV_PORT {value!r} in the environment: expected a port, 1-65535"
+        )
+    return int(value)
 
 
 def _new_token() -> str:
@@ -63,7 +111,21 @@ def parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", default=DEFAULT_HOST, help=f"default {DEFAULT_HOST}")
     serve.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0: a free port"
+        "--port",
+        type=int,
+        help=f"default {DEFAULT_PORT} (in dev mode QSTASH_DEV_PORT, if set); 0: a free port",
+    )
+    serve.add_argument(
+        "--dev",
+        action="store_true",
+        help="dev mode (also QSTASH_DEV=true or 1 in the environment): answer as Upstash's "
+        "local dev server does, with its public dev token and signing keys, on port 8080 or "
+        "QSTASH_DEV_PORT, so that an app with QSTASH_DEV=true finds it",
+    )
+    serve.add_argument(
+        "--region",
+        help="mark deliveries with Upstash-Region as a multi-region account's: "
+        f"{ACCEPTED_REGIONS}; also prints QSTASH_REGION and the region's variables",
     )
     serve.add_argument(
         "--clock",
@@ -79,6 +141,14 @@ def parser() -> argparse.ArgumentParser:
         default=DEFAULT_PLAN,
         help=f"the QStash plan whose limits apply: {', '.join(PLANS)} (default {DEFAULT_PLAN}); "
         "a reset may choose another",
+    )
+    serve.add_argument(
+        "--retention",
+        choices=("on", "off"),
+        default="on",
+        help="on (default): forget log entries, finished messages and runs after the plan's "
+        "log retention and DLQ entries after its DLQ retention, as QStash does (a server left "
+        "running stays bounded); off: keep everything",
     )
     serve.add_argument("--token", help="the QSTASH_TOKEN to accept (default: a new random one)")
     serve.add_argument("--current-signing-key", help="default: a new random key")
@@ -110,6 +180,22 @@ def parser() -> argparse.ArgumentParser:
         "A message's shorter Upstash-Timeout still applies",
     )
     serve.add_argument(
+        "--idle-timeout",
+        default=f"{DEFAULT_IDLE_TIMEOUT_S:g}s",
+        help="close a connection that has not sent a whole request's head within this long "
+        f"(a duration; default {DEFAULT_IDLE_TIMEOUT_S:g}s), on connecting and after each answer",
+    )
+    serve.add_argument(
+        "--mount",
+        action="append",
+        default=[],
+        metavar="PREFIX=TO",
+        help="send the server's outbound requests (deliveries, callbacks, a workflow's "
+        "context.call and context.api.*) whose URL starts with PREFIX to TO instead, with the "
+        "rest of the path and query; repeatable. E.g. "
+        "--mount https://api.openai.com=http://127.0.0.1:9000",
+    )
+    serve.add_argument(
         "--log-level",
         default="warning",
         choices=("critical", "error", "warning", "info", "debug"),
@@ -120,6 +206,13 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    try:
+        dev, region = _modes(args, os.environ)
+    except (UsageError, ValueError, TypeError) as exc:
+        print(f"pytest-qstash serve: {exc}", file=sys.stderr)
+        return 2
+    if args.port is None:
+        args.port = dev_port_from_env(os.environ) if dev else DEFAULT_PORT
     try:
         import uvicorn  # noqa: F401
     except ImportError:
@@ -150,7 +243,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    try:
+        idle_timeout_ms = parse_duration_ms(args.idle_timeout, what="--idle-timeout")
+    except (ValueError, TypeError) as exc:
+        print(f"pytest-qstash serve: {exc}", file=sys.stderr)
+        return 2
+    if idle_timeout_ms <= 0:
+        print(
+            f"pytest-qstash serve: invalid --idle-timeout {args.idle_timeout!r}: "
+            "expected a duration above zero, e.g. 15s",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        mounts = tuple(_mount_option(option) for option in args.mount)
+    except ValueError as exc:
+        print(f"pytest-qstash serve: {exc}", file=sys.stderr)
+        return 2
     env: Mapping[str, str] = os.environ if args.credentials_from_env else {}
+    if dev:
+        args.token = DEV_TOKEN
+        args.current_signing_key = DEV_CURRENT_SIGNING_KEY
+        args.next_signing_key = DEV_NEXT_SIGNING_KEY
     settings = ServerSettings(
         token=args.token or env.get("QSTASH_TOKEN") or _new_token(),
         current_signing_key=args.current_signing_key
@@ -164,6 +278,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=int(args.seed) if args.seed.isdigit() else args.seed,
         plan=args.plan,
         attempt_timeout=attempt_timeout_ms / 1000,
+        retention=args.retention == "on",
+        mounts=merge_redirects((), mounts),
+        region=region,
     )
     given = {
         "token": args.token or env.get("QSTASH_TOKEN"),
@@ -183,16 +300,86 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         sock = _bind(args.host, args.port)
     except OSError as exc:
-        print(
-            f"pytest-qstash serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr
-        )
+        print(f"pytest-qstash serve: {_bind_error(args.host, args.port, exc)}", file=sys.stderr)
         return 1
     warning = beyond_loopback_warning(sock.getsockname()[0])
     if warning is not None:
         print(warning, file=sys.stderr, flush=True)
+    _large_blocks_go_back()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(app, sock, args.log_level, args.stop_with_parent))
+        asyncio.run(
+            _serve(app, sock, args.log_level, args.stop_with_parent, dev, idle_timeout_ms / 1000)
+        )
     return 0
+
+
+def _large_blocks_go_back() -> None:
+    """glibc maps blocks from 128 KiB up and unmaps them when freed, but raises that bound
+    to the largest block freed so far (up to 32 MiB): after one 20 MiB answer, the next ones
+    land in the heap and the process keeps their memory. A fixed bound keeps every large body
+    (a request's, an endpoint's answer) returned to the system once it is let go."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return
+    try:
+        libc = ctypes.CDLL(name)
+        libc.mallopt(-3, 1024 * 1024)  # M_MMAP_THRESHOLD: 1 MiB, no longer moving
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt): its own policy
+        pass
+
+
+def _mount_option(option: str) -> Redirect:
+    prefix, equals, to = option.partition("=")
+    if not equals:
+        raise ValueError(
+            f"invalid --mount {option!r}: expected PREFIX=TO, e.g. "
+            "--mount https://api.openai.com=http://127.0.0.1:9000"
+        )
+    try:
+        return check_redirect(prefix, to)
+    except ValueError as exc:
+        raise ValueError(f"invalid --mount {option!r}: {exc}") from None
+
+
+def _modes(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[bool, str | None]:
+    """Dev mode (the flag or the environment) and the region, checked against the rest."""
+    dev = bool(args.dev) or dev_mode_from_env(env)
+    if dev:
+        given = [
+            option
+            for option, value in (
+                ("--token", args.token),
+                ("--current-signing-key", args.current_signing_key),
+                ("--next-signing-key", args.next_signing_key),
+                ("--credentials-from-env", args.credentials_from_env),
+            )
+            if value
+        ]
+        if given:
+            why = "--dev" if args.dev else "QSTASH_DEV in the environment"
+            raise UsageError(
+                f"dev mode ({why}) answers with Upstash's public dev token and signing keys, "
+                f"which the SDKs' dev mode expects: leave out {', '.join(given)}, or leave "
+                "dev mode"
+            )
+    region = region_named(args.region).name if args.region is not None else None
+    return dev, region
+
+
+def _bind_error(host: str, port: int, exc: OSError) -> str:
+    import errno
+
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"port {port} is already in use on {host} (another server is listening there): "
+            "stop it, or choose another port with --port (in dev mode also QSTASH_DEV_PORT)"
+        )
+    return f"cannot listen on {host}:{port}: {exc}"
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -226,16 +413,27 @@ def base_url(sock: socket.socket) -> str:
 
 
 async def _serve(
-    app: QStashServerApp, sock: socket.socket, log_level: str, stop_with_parent: bool
+    app: QStashServerApp,
+    sock: socket.socket,
+    log_level: str,
+    stop_with_parent: bool,
+    dev: bool,
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S,
 ) -> None:
     import uvicorn
 
     config = uvicorn.Config(
-        app, log_level=log_level, log_config=_log_config(log_level), lifespan="on", access_log=False
+        app,
+        log_level=log_level,
+        log_config=_log_config(log_level),
+        lifespan="on",
+        access_log=False,
+        http=_idle_closing_protocol(idle_timeout),
     )
     server = uvicorn.Server(config)
     loop = asyncio.get_running_loop()
-    tasks = [loop.create_task(_announce(server, app, sock))]
+    loop.set_exception_handler(_QuietOnExhaustion())
+    tasks = [loop.create_task(_announce(server, app, sock, dev))]
     if stop_with_parent:
         tasks.append(loop.create_task(_watch_parent(server)))
     try:
@@ -243,6 +441,83 @@ async def _serve(
     finally:
         for task in tasks:
             task.cancel()
+
+
+def _idle_closing_protocol(idle_timeout: float) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP/1.1 protocol (h11), which also closes connections that send no request.
+
+    uvicorn's own keep-alive timer starts only after an answer, and any byte received stops
+    it: a connection opened and left silent (or sending a request's head a byte at a time)
+    stayed open for good, and a few hundred of them used up the process's descriptors."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class IdleClosing(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+        _armed_for: object = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            self._armed_for = self.cycle  # a new request replaces it
+            self._head_timer = self.loop.call_later(idle_timeout, self._close_if_idle)
+
+        def _close_if_idle(self) -> None:
+            self._head_timer = None
+            waiting = self.cycle is self._armed_for and (
+                self.cycle is None or self.cycle.response_complete
+            )
+            if waiting and not self.transport.is_closing():
+                self.transport.close()
+
+    return IdleClosing
+
+
+class _QuietOnExhaustion:
+    """The event loop's exception handler: when accepting fails for want of descriptors (or
+    memory), one warning line, and no more than one a minute while it lasts, instead of
+    asyncio's traceback at every retry; everything else as asyncio reports it."""
+
+    _EVERY_S = 60.0
+
+    def __init__(self) -> None:
+        self._last: float | None = None
+        self._skipped = 0
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        message = str(context.get("message", ""))
+        if "._start_serving(" in message and isinstance(context.get("exception"), ValueError):
+            # asyncio schedules a retry per failed accept (thousands a second); those still
+            # pending when the server stops find the listening socket closed. Nothing to do.
+            return
+        if "out of system resource" not in message:
+            loop.default_exception_handler(context)
+            return
+        now = loop.time()
+        if self._last is not None and now - self._last < self._EVERY_S:
+            self._skipped += 1
+            return
+        skipped = f" ({self._skipped} more since the last warning)" if self._skipped else ""
+        self._last, self._skipped = now, 0
+        _log.warning(
+            "cannot accept connections: %s; new ones wait until some close (idle ones close "
+            "after --idle-timeout)%s",
+            context.get("exception"),
+            skipped,
+        )
 
 
 def _log_config(log_level: str) -> dict[str, Any]:
@@ -267,26 +542,52 @@ async def _watch_parent(server: Any) -> None:
     server.should_exit = True
 
 
-async def _announce(server: object, app: QStashServerApp, sock: socket.socket) -> None:
+def announced_env(
+    url: str, port: int, account: Account, dev: bool, region: str | None
+) -> dict[str, str]:
+    """The ``NAME=value`` lines the server prints, in order: the four an app needs, then dev
+    mode's and the region's."""
+    env = {
+        "QSTASH_URL": url,
+        "QSTASH_TOKEN": account.token,
+        "QSTASH_CURRENT_SIGNING_KEY": account.current_signing_key,
+        "QSTASH_NEXT_SIGNING_KEY": account.next_signing_key,
+    }
+    if dev:
+        env["QSTASH_DEV"] = "true"
+        env["QSTASH_DEV_PORT"] = str(port)
+    if region is not None:
+        env.update(
+            region_named(region).env(
+                url, account.token, account.current_signing_key, account.next_signing_key
+            )
+        )
+    return env
+
+
+async def _announce(server: object, app: QStashServerApp, sock: socket.socket, dev: bool) -> None:
     while not getattr(server, "started", False):
         await asyncio.sleep(0.01)
     url = base_url(sock)
     settings = app.settings
     account = app.fake.account  # the keys now: a restored data dir's may have been rotated
-    lines = [
-        f"QSTASH_URL={url}",
-        f"QSTASH_TOKEN={account.token}",
-        f"QSTASH_CURRENT_SIGNING_KEY={account.current_signing_key}",
-        f"QSTASH_NEXT_SIGNING_KEY={account.next_signing_key}",
-    ]
-    print("\n".join(lines), flush=True)
+    env = announced_env(url, sock.getsockname()[1], account, dev, settings.region)
+    print("\n".join(f"{name}={value}" for name, value in env.items()), flush=True)
+    modes = "".join(
+        [
+            "; dev mode: apps with QSTASH_DEV=true find it" if dev else "",
+            f"; deliveries from region {settings.region}" if settings.region else "",
+        ]
+    )
     print(
         f"pytest-qstash: QStash API on {url} ({settings.clock} clock, now "
-        f"{app.fake.now.isoformat()}); control API under {url}/_qstash/; "
+        f"{app.fake.now.isoformat()}){modes}; control API under {url}/_qstash/; "
         f"{app.persistence.describe(app)}. Ctrl-C stops it.",
         file=sys.stderr,
         flush=True,
     )
+    for prefix, to in settings.mounts:
+        print(f"pytest-qstash: mount {prefix} -> {to}", file=sys.stderr, flush=True)
     # The link carries the token once: the page it opens keeps it in a cookie.
     print(
         f"pytest-qstash: dashboard at {dashboard_link(url, settings.token)}",

@@ -176,8 +176,9 @@ class Client:
         plan: str | None = None,
     ) -> None:
         """Forget everything (messages, runs, the DLQ, the log, schedules, queues, URL groups),
-        keeping the credentials. A virtual clock keeps its time unless ``start`` is given (time
-        never goes backwards for an app that already saw it); a real one reads the wall clock.
+        keeping the credentials. The clock starts afresh, as a new server's: a virtual one at
+        ``start`` if given, else at the server's ``--start``, else now (wherever an earlier
+        test moved it); a real one reads the wall clock.
 
         ``keep`` names what an app provisioned and should find again: ``"url_groups"``,
         ``"queues"``, ``"schedules"``, or ``True`` for all three. Kept queues come back empty,
@@ -227,6 +228,24 @@ class Client:
         """The failed run's failure function called again, as
         ``FakeQStash.retry_failure_function``."""
         return Record("run", self._call("POST", "retry_failure_function", {"dlq_id": dlq_id}))
+
+    def mount(self, prefix: str, to: str) -> Mounted:
+        """Send the server's outbound requests whose URL starts with ``prefix`` (deliveries,
+        callbacks, a workflow's ``context.call`` and ``context.api.*``) to ``to`` plus the rest
+        of the path and query, as ``serve --mount`` does; records and signatures keep the
+        original URL. It stays (a reset too) until ``unmount``; as a context manager, until
+        the block ends. ``ServerError`` (400) for a prefix or target that is no http(s) URL."""
+        answer = self._call("POST", "mounts", {"prefix": prefix, "to": to})
+        return Mounted(self, str(answer["prefix"]), str(answer["to"]))
+
+    def unmount(self, prefix: str) -> bool:
+        """Forget the outbound mount at ``prefix``; False when there was none."""
+        return bool(self._call("DELETE", "mounts", {"prefix": prefix})["removed"])
+
+    @property
+    def mounts(self) -> dict[str, str]:
+        """The outbound mounts: ``{prefix: to}``."""
+        return {m["prefix"]: m["to"] for m in self._call("GET", "mounts")}
 
     def mark(self) -> dict[str, int]:
         """Where the server's histories stand now, for ``report(since=...)``."""
@@ -316,6 +335,25 @@ class Client:
 
     def __repr__(self) -> str:
         return f"<pytest_qstash.server.Client {self.url}>"
+
+
+class Mounted:
+    """An outbound mount made by ``Client.mount``: ``prefix`` and ``to`` as the server keeps
+    them; leaving a ``with`` block unmounts it."""
+
+    def __init__(self, client: Client, prefix: str, to: str) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.to = to
+
+    def __enter__(self) -> Mounted:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.client.unmount(self.prefix)
+
+    def __repr__(self) -> str:
+        return f"<pytest_qstash.server.Mounted {self.prefix} -> {self.to}>"
 
 
 def _moment(text: str) -> datetime:

@@ -27,8 +27,13 @@ _REPORTED_KEY = pytest.StashKey[bool]()
 def qstash_server_options() -> dict[str, Any]:
     """Override (session scope) to start the server otherwise: ``clock`` ("virtual"),
     ``start`` (an ISO 8601 moment), ``seed``, ``attempt_timeout`` (the real-time bound on one
-    delivery attempt: seconds or a duration, default 30 s), ``args`` (more ``serve``
-    options)."""
+    delivery attempt: seconds or a duration, default 30 s), ``retention`` (True: forget
+    records past the plan's retention, as ``serve`` does by default; the fixture's default is
+    False, so that a test's records stay whole as in-process), ``dev`` (True: dev mode, for apps
+    configured by ``QSTASH_DEV=true`` alone; the tests get ``QSTASH_DEV`` and
+    ``QSTASH_DEV_PORT``), ``region`` (``"us-east-1"`` or ``"eu-central-1"``: deliveries
+    carry ``Upstash-Region``; the tests get ``QSTASH_REGION`` and the region's variables),
+    ``args`` (more ``serve`` options)."""
     return {}
 
 
@@ -41,12 +46,16 @@ def qstash_server(
     earlier keeps working). ``QSTASH_URL`` points at it in ``os.environ`` while a test that
     uses it runs (its fixtures included), so the app processes a test starts talk to it; the
     tests that do not use it see the environment as it was. It has the fixture's verbs
-    and lists (``tick``, ``advance``, ``drain``, ``messages``, ``deliveries``, ...) and
-    ``reset()`` to forget what earlier tests left."""
+    and lists (``tick``, ``advance``, ``drain``, ``messages``, ``deliveries``, ...),
+    ``reset()`` to forget what earlier tests left, and ``mount(prefix, to)`` to send the
+    server's outbound requests under a URL prefix to a local fake (kept by resets: unmount, or
+    mount in a ``with`` block, for one test)."""
     from .process import ServerProcess
 
-    options = {"clock": "virtual", **qstash_server_options}
-    options["args"] = ["--credentials-from-env", "--stop-with-parent", *options.get("args", ())]
+    options = {"clock": "virtual", "retention": False, **qstash_server_options}
+    # Dev mode has credentials of its own: the session's are for the other modes.
+    given = [] if options.get("dev") else ["--credentials-from-env"]
+    options["args"] = [*given, "--stop-with-parent", *options.get("args", ())]
     server = ServerProcess.start(**options)
     request.config.stash[_SERVER_KEY] = server
     os.environ.update(server.env)  # for the rest of this test; restored at its teardown
@@ -62,9 +71,9 @@ def qstash_server(
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
     if "qstash_server" in getattr(item, "fixturenames", ()):
-        from .process import ENV_NAMES
+        from .process import ALL_ENV_NAMES
 
-        item.stash[_SAVED_ENV_KEY] = {name: os.environ.get(name) for name in ENV_NAMES}
+        item.stash[_SAVED_ENV_KEY] = {name: os.environ.get(name) for name in ALL_ENV_NAMES}
         server = item.config.stash.get(_SERVER_KEY, None)
         item.stash[_MARK_KEY] = None
         item.stash[_REPORTED_KEY] = False

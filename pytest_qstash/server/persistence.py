@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
+from ..delivery.mounts import merge_redirects
 from ..state.account import Account
 from ..state.clock import VirtualClock
 from ..state.ids import IdGenerator
@@ -453,8 +454,15 @@ class DataDir(InMemory):
                     f"one given ({option} or the environment): leave it out to keep the "
                     "stored one, or use another --data-dir"
                 )
-        # How long one attempt may take is the operator's choice at each start, not state.
-        return dataclasses.replace(stored, attempt_timeout=given.attempt_timeout)
+        # How long one attempt may take, and the region deliveries are marked with, are the
+        # operator's choice at each start, not state; mounts given at this start join the
+        # stored ones.
+        return dataclasses.replace(
+            stored,
+            attempt_timeout=given.attempt_timeout,
+            region=given.region,
+            mounts=merge_redirects(stored.mounts, given.mounts),
+        )
 
     def started(self, app: QStashServerApp) -> None:
         """On the server's event loop, before it serves: replay the journal, write a snapshot

@@ -13,6 +13,10 @@ of attributes per look), and CPU time is what bounds how many deliveries a secon
 process makes. Failures surface as httpx's exceptions, as from a client. With a proxy set in
 the environment (``HTTP_PROXY`` and friends), deliveries go through an ``httpx.AsyncClient``
 instead, which honours it.
+
+Outbound mounts (``serve --mount PREFIX=TO``) apply here, on the wire only: a request whose URL
+starts with a mounted prefix goes to its target, method, headers (``Host`` too) and body as
+they are, while whatever recorded or signed the request keeps its own URL.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from dataclasses import dataclass, field
 
 import h11
 import httpx
+
+from ..delivery.mounts import Redirect, redirect
 
 #: Requests in flight at once to one origin (each on its own connection).
 CONNECTIONS_PER_ORIGIN = 16
@@ -78,18 +84,20 @@ class _Connection:
         try:
             self.writer.write(data)
             await self.writer.drain()
-            status, headers, chunks = await self._read_response()
+            status, headers, body = await self._read_response()
         except h11.RemoteProtocolError as exc:
             raise httpx.RemoteProtocolError(str(exc)) from exc
         except OSError as exc:
             raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
-        return httpx.Response(status, headers=headers, content=b"".join(chunks), request=request)
+        return httpx.Response(status, headers=headers, content=bytes(body), request=request)
 
-    async def _read_response(self) -> tuple[int, list[tuple[bytes, bytes]], list[bytes]]:
+    async def _read_response(self) -> tuple[int, list[tuple[bytes, bytes]], bytearray]:
         http = self.http
         status: int | None = None
         headers: list[tuple[bytes, bytes]] = []
-        chunks: list[bytes] = []
+        # One buffer, not a list of chunks: a large answer is one allocation, which goes back
+        # to the system when freed (thousands of small ones leave the heap fragmented).
+        body = bytearray()
         while True:
             event = http.next_event()
             if event is h11.NEED_DATA:
@@ -101,10 +109,10 @@ class _Connection:
             elif isinstance(event, h11.Response):
                 status, headers = event.status_code, list(event.headers)
             elif isinstance(event, h11.Data):
-                chunks.append(bytes(event.data))
+                body += event.data
             elif isinstance(event, h11.EndOfMessage):
                 assert status is not None
-                return status, headers, chunks
+                return status, headers, body
             elif isinstance(event, h11.ConnectionClosed):
                 raise httpx.RemoteProtocolError(_NO_ANSWER)
             # An informational (1xx) response: the real one follows.
@@ -141,10 +149,20 @@ class OriginPools:
         self._ssl: ssl.SSLContext | None = None
         self._proxied: httpx.AsyncClient | None = None
         self._swept = time.monotonic()
+        #: The server's outbound mounts, (prefix, target) pairs.
+        self.mounts: tuple[Redirect, ...] = ()
         if any(scheme != "no" for scheme in urllib.request.getproxies()):  # NO_PROXY alone: none
             self._proxied = httpx.AsyncClient()  # trust_env: the environment's proxies
 
     async def send(self, request: httpx.Request) -> httpx.Response:
+        if self.mounts and (target := redirect(str(request.url), self.mounts)) is not None:
+            request = httpx.Request(
+                request.method,
+                target,
+                headers=request.headers,  # its Host stays the original's
+                content=request.content,
+                extensions=request.extensions,
+            )
         url = request.url
         port = url.port or (443 if url.scheme == "https" else 80)
         origin = (url.scheme, url.host, port)

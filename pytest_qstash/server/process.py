@@ -15,17 +15,32 @@ import threading
 from types import TracebackType
 from typing import IO, Any
 
+from ..regions import REGIONS, region_named
 from .client import Client
 
 #: The lines the server prints, in order, before it serves.
 ENV_NAMES = ("QSTASH_URL", "QSTASH_TOKEN", "QSTASH_CURRENT_SIGNING_KEY", "QSTASH_NEXT_SIGNING_KEY")
+#: The lines dev mode prints after those.
+DEV_ENV_NAMES = ("QSTASH_DEV", "QSTASH_DEV_PORT")
+
+
+def region_env_names(region: str) -> tuple[str, ...]:
+    """The lines a server in ``region`` prints after the others."""
+    return tuple(region_named(region).env("", "", "", ""))
+
+
+#: Every variable a server may print: what the fixture sets for a test and restores after.
+ALL_ENV_NAMES = tuple(
+    dict.fromkeys([*ENV_NAMES, *DEV_ENV_NAMES, *(n for r in REGIONS for n in region_env_names(r))])
+)
 
 
 class ServerProcess(Client):
     """``pytest-qstash serve`` in a child process, with the ``Client`` verbs and lists.
 
     ``ServerProcess.start(clock="virtual")`` returns once it listens; ``stop()`` (or leaving
-    a ``with`` block) ends it. ``env`` holds the four variables an app needs."""
+    a ``with`` block) ends it. ``env`` holds the four variables an app needs (and, in dev
+    mode or a region, the variables the SDKs read there)."""
 
     def __init__(self, process: subprocess.Popen[bytes], env: dict[str, str], log: IO[bytes]):
         super().__init__(env["QSTASH_URL"], env["QSTASH_TOKEN"])
@@ -43,11 +58,23 @@ class ServerProcess(Client):
         start: str | None = None,
         seed: int | str = 0,
         attempt_timeout: float | str | None = None,
+        retention: bool | None = None,
         args: list[str] | tuple[str, ...] = (),
         timeout: float = 30.0,
+        dev: bool = False,
+        region: str | None = None,
     ) -> ServerProcess:
         """``attempt_timeout``: the real-time bound on one delivery attempt (seconds or a
-        duration such as ``"500ms"``; the server's default is 30 s)."""
+        duration such as ``"500ms"``; the server's default is 30 s). ``retention``: whether
+        the plan's retention forgets old records (``serve --retention on|off``; None: the
+        server's default, on). ``dev``: dev mode (Upstash's public dev credentials; ``env``
+        adds ``QSTASH_DEV`` and ``QSTASH_DEV_PORT``). ``region``: deliveries marked with it
+        (``env`` adds ``QSTASH_REGION`` and the region's variables)."""
+        if retention is not None and not isinstance(retention, bool):
+            raise TypeError(f"invalid retention={retention!r}: expected True or False")
+        wanted = [*ENV_NAMES, *(DEV_ENV_NAMES if dev else ())]
+        if region is not None:
+            wanted += region_env_names(region)
         command = [
             sys.executable,
             "-m",
@@ -63,22 +90,28 @@ class ServerProcess(Client):
                 if attempt_timeout is not None
                 else []
             ),
+            *([f"--retention={'on' if retention else 'off'}"] if retention is not None else []),
+            *(["--dev"] if dev else []),
+            *([f"--region={region}"] if region is not None else []),
             *args,
         ]
+        # Dev mode is asked for by ``dev`` alone: a QSTASH_DEV of the calling process (an app's
+        # own dev setup) must not turn a server into another.
+        child_env = {k: v for k, v in os.environ.items() if k not in DEV_ENV_NAMES}
         log = tempfile.TemporaryFile()  # noqa: SIM115  # kept for the process's lifetime
         process = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=log,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**child_env, "PYTHONUNBUFFERED": "1"},
         )
         assert process.stdout is not None
         lines: queue.Queue[bytes] = queue.Queue()
         threading.Thread(target=_read_lines, args=(process.stdout, lines), daemon=True).start()
         env: dict[str, str] = {}
         try:
-            while len(env) < len(ENV_NAMES):
+            while len(env) < len(wanted):
                 try:
                     line = lines.get(timeout=timeout).decode().strip()
                 except queue.Empty:
@@ -90,7 +123,7 @@ class ServerProcess(Client):
                         f"pytest-qstash serve exited with {process.wait()}" + output_suffix(log)
                     )
                 name, _, value = line.partition("=")
-                if name in ENV_NAMES:
+                if name in wanted:
                     env[name] = value
         except BaseException:
             end_process(process)

@@ -87,6 +87,7 @@ def message(item: Message) -> dict[str, Any]:
         "endpoint_name": item.endpoint_name,
         "schedule_id": item.schedule_id,
         "label": item.label,
+        "labels": list(item.labels),  # split as the QStash API shows them, and as a run's are
         "deduplication_id": item.deduplication_id,
         "callback": item.callback,
         "failure_callback": item.failure_callback,

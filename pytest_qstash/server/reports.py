@@ -30,11 +30,13 @@ class Mark:
 
     @classmethod
     def of(cls, store: Store, generation: int) -> Mark:
+        # Counting what retention forgot: the mark stays a position in all there ever was.
+        messages, runs = _forgotten(store)
         return cls(
             generation,
-            len(store.messages),
-            len(store.deliveries),
-            len(store.workflows.runs),
+            len(store.messages) + messages,
+            len(store.deliveries) + store.deliveries.dropped,
+            len(store.workflows.runs) + runs,
             store.api_errors.total,
         )
 
@@ -57,18 +59,21 @@ def since(store: Store, mark: Mark | None, generation: int) -> str | None:
     if mark is None or mark.generation != generation:
         mark = Mark(generation, 0, 0, 0, 0)
     view = _view(store, mark)
-    return report.section(view, len(store.deliveries) - mark.deliveries)
+    return report.section(view, len(store.deliveries) + store.deliveries.dropped - mark.deliveries)
 
 
 def _view(store: Store, mark: Mark) -> Store:
     """A shallow copy of ``store`` whose histories start at ``mark``: read, never changed."""
     view = copy.copy(store)
-    touched = {d.message_id for d in store.deliveries[mark.deliveries :]}
+    since = max(0, mark.deliveries - store.deliveries.dropped)
+    touched = {d.message_id for d in store.deliveries[since:]}
     touched.update(store.in_flight)
+    # Retention forgets the oldest first (mostly): what it forgot shifts the positions.
+    forgotten_messages, forgotten_runs = _forgotten(store)
     view.messages = {
         message_id: message
         for index, (message_id, message) in enumerate(store.messages.items())
-        if index >= mark.messages or message_id in touched
+        if index + forgotten_messages >= mark.messages or message_id in touched
     }
     view.dlq = DeadLetters()
     view.dlq.update(
@@ -77,10 +82,18 @@ def _view(store: Store, mark: Mark) -> Store:
         if entry.message.message_id in view.messages
     )
     view.workflows = copy.copy(store.workflows)
-    view.workflows.runs = dict(list(store.workflows.runs.items())[mark.runs :])
+    first_run = max(0, mark.runs - forgotten_runs)
+    view.workflows.runs = dict(list(store.workflows.runs.items())[first_run:])
     view.api_errors = RejectedCalls()
     new_errors = store.api_errors.total - mark.api_errors
     for call in list(store.api_errors)[max(0, len(store.api_errors) - new_errors) :]:
         view.api_errors.record(call)
     view.api_errors.total = new_errors
     return view
+
+
+def _forgotten(store: Store) -> tuple[int, int]:
+    """How many messages and runs the store's retention forgot (0 without retention)."""
+    if store.retention is None:
+        return 0, 0
+    return store.retention.forgotten["messages"], store.retention.forgotten["runs"]

@@ -8,7 +8,7 @@ years is one comparison.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -35,6 +35,9 @@ class VirtualClock:
         self.now_ms = start_ms
         self._heap: list[tuple[int, int, DueEvent]] = []
         self._seq = 0
+        #: Told the new time whenever the clock moves forward (retention forgets what
+        #: expired then); None: nobody listens.
+        self.on_move: Callable[[int], None] | None = None
 
     @property
     def now(self) -> datetime:
@@ -54,6 +57,8 @@ class VirtualClock:
         _, _, event = heapq.heappop(self._heap)
         if event.due_ms > self.now_ms:
             self.now_ms = event.due_ms
+            if self.on_move is not None:
+                self.on_move(self.now_ms)
         return event
 
     def move_to(self, ms: int) -> None:
@@ -62,7 +67,10 @@ class VirtualClock:
                 f"time never goes backwards: {ms_to_datetime(ms).isoformat()} is before "
                 f"now ({self.now.isoformat()})"
             )
+        moved = ms > self.now_ms
         self.now_ms = ms
+        if moved and self.on_move is not None:
+            self.on_move(ms)
 
     def pending(self) -> Iterator[DueEvent]:
         """The events in due order, lazily: a walk of the heap that costs in proportion to

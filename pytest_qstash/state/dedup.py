@@ -5,6 +5,7 @@ nothing. Messages and schedule creations each keep their own."""
 from __future__ import annotations
 
 import hashlib
+from collections import deque
 
 import httpx
 
@@ -32,6 +33,8 @@ class Deduplication:
         self.window_ms = window_ms
         #: key -> (what it created, when the window ends).
         self._seen: dict[str, tuple[str, int]] = {}
+        #: (when the window ends, key), in that order (the window is fixed): what to forget.
+        self._ends: deque[tuple[int, str]] = deque()
 
     def deduplicated(self, key: str | None, now_ms: int) -> str | None:
         """The id an earlier publish with the same key created within the window."""
@@ -41,8 +44,22 @@ class Deduplication:
         return hit[0]
 
     def remember(self, key: str | None, created_id: str, now_ms: int) -> None:
+        # A key whose window ended answers nothing: forget it, so that memory follows the
+        # publishes of one window, not of all time (a few at a time, oldest first).
+        ends = self._ends
+        while ends and ends[0][0] <= now_ms:
+            end, old = ends.popleft()
+            hit = self._seen.get(old)
+            if hit is not None and hit[1] == end:
+                del self._seen[old]
         if key is not None:
             self._seen[key] = (created_id, now_ms + self.window_ms)
+            ends.append((now_ms + self.window_ms, key))
+
+    @property
+    def kept(self) -> int:
+        """How many keys are remembered (some may have ended since the last publish)."""
+        return len(self._seen)
 
 
 def _header_bytes(headers: httpx.Headers) -> list[bytes]:

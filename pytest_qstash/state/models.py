@@ -52,6 +52,12 @@ class FlowControl:
     period: int = 1  # seconds, QStash's default when only a key and limits are given
 
 
+#: How much of an endpoint's answer an attempt's record keeps (and its log entries and DLQ
+#: entry): its first MiB. QStash documents no bound for what its logs keep; its callbacks carry
+#: the answer cut to the plan's largest message, the smallest of which is 1 MiB.
+KEPT_RESPONSE_BYTES = 1024 * 1024
+
+
 @dataclass(slots=True)
 class MessageOptions:
     """What a publish asks for: the one description of a message to create. The API reads it
@@ -236,6 +242,8 @@ class Message:
     #: out) rather than the callback sent after each attempt.
     is_failure_callback: bool = False
     workflow_run_id: str | None = None
+    #: When a DLQ retry published this message: the id of the message that failed.
+    retried_from: str | None = None
     deliveries: list[Delivery] = field(default_factory=list)
     #: How many deliveries in a row, at one virtual instant, led to this message (0 when it
     #: was published by the test, or is due later): what the loop guard watches.

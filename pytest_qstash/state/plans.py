@@ -1,6 +1,6 @@
 """QStash plans and what each limits: message size, delay, retries, the longest an attempt
 may take, messages per day, URL groups, active schedules, attempts in flight account-wide,
-queues and the parallelism a queue may have.
+queues and the parallelism a queue may have; and how long its logs and DLQ entries are kept.
 
 Figures from Upstash's pricing page and docs; docs/api-coverage.md says which are confirmed.
 """
@@ -49,12 +49,30 @@ class Plan:
     queues: int
     #: The highest parallelism a queue may be given.
     queue_parallelism: int
+    #: How long log entries (and finished messages, runs, deliveries) are kept.
+    log_retention_ms: int = 14 * DAY_MS
+    #: How long a DLQ entry is kept.
+    dlq_retention_ms: int = 90 * DAY_MS
 
 
 PLANS: dict[str, Plan] = {
     plan.name: plan
     for plan in (
-        Plan("free", _MB, 7 * DAY_MS, 3, 15 * 60_000, 1_000, 1, 10, 10, 10, 2),
+        Plan(
+            "free",
+            _MB,
+            7 * DAY_MS,
+            3,
+            15 * 60_000,
+            1_000,
+            1,
+            10,
+            10,
+            10,
+            2,
+            log_retention_ms=3 * DAY_MS,
+            dlq_retention_ms=3 * DAY_MS,
+        ),
         Plan(
             "pay_as_you_go",
             10 * _MB,
@@ -67,9 +85,23 @@ PLANS: dict[str, Plan] = {
             100,
             100,
             10,
+            log_retention_ms=7 * DAY_MS,
+            dlq_retention_ms=7 * DAY_MS,
         ),
         Plan(
-            "fixed_1m", 50 * _MB, None, 20, 6 * 3_600_000, 1_000_000, 1_000, 10_000, 200, 1_000, 10
+            "fixed_1m",
+            50 * _MB,
+            None,
+            20,
+            6 * 3_600_000,
+            1_000_000,
+            1_000,
+            10_000,
+            200,
+            1_000,
+            10,
+            log_retention_ms=14 * DAY_MS,
+            dlq_retention_ms=30 * DAY_MS,
         ),
         Plan(
             "fixed_10m",
@@ -83,6 +115,9 @@ PLANS: dict[str, Plan] = {
             1_000,
             1_000,
             10,
+            log_retention_ms=14 * DAY_MS,
+            # "3 months": counted as 90 days.
+            dlq_retention_ms=90 * DAY_MS,
         ),
     )
 }

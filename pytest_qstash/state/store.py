@@ -32,11 +32,12 @@ from .dlq import DeadLetters
 from .flow_control import FlowKey, FlowKeys
 from .ids import IdGenerator
 from .invocations import outcome_step
-from .models import Delivery, DlqEntry, Event, Message, MessageState, Waiter
+from .models import KEPT_RESPONSE_BYTES, Delivery, DlqEntry, Event, Message, MessageState, Waiter
 from .options import MessageOptions
 from .plans import DAY_MS, DEFAULT_PLAN, PLANS, DailyQuotaExceeded, Plan
 from .queues import Queue, Queues
 from .rejections import RejectedCalls
+from .retention import Retention, Trail
 from .retry import (
     DEFAULT_RETRIES,
     InvalidRetryDelay,
@@ -76,13 +77,14 @@ class Store:
         default_retries: int = DEFAULT_RETRIES,
         dedup_window_ms: int = DEFAULT_DEDUP_WINDOW_MS,
         plan: Plan | None = None,
+        retention: bool = False,
     ) -> None:
         self.clock = clock
         self.ids = ids
         self.account = account
         self.default_retries = default_retries
         self.messages: dict[str, Message] = {}
-        self.events: list[Event] = []
+        self.events: Trail[Event] = Trail()
         self.dlq = DeadLetters()
         #: Deduplication of published messages (schedule creations keep their own).
         self.dedup = Deduplication(dedup_window_ms)
@@ -101,7 +103,7 @@ class Store:
         #: API calls answered with an error (the newest kept), for the failure report.
         self.api_errors = RejectedCalls()
         #: Every attempt that ended, in the order they ended.
-        self.deliveries: list[Delivery] = []
+        self.deliveries: Trail[Delivery] = Trail()
         #: Attempts started and not ended yet, by message id.
         self.in_flight: dict[str, Attempt] = {}
         #: What the account's plan limits.
@@ -114,6 +116,20 @@ class Store:
         self._attempt_seq = 0
         #: Messages the API published on one UTC day: (the day's start, how many).
         self._published_day = (0, 0)
+        #: What the plan's retention forgets as time passes; None: everything is kept.
+        self.retention: Retention | None = None
+        if retention:
+            self.retention = Retention(
+                self.plan,
+                messages=self.messages,
+                events=self.events,
+                deliveries=self.deliveries,
+                dlq=self.dlq,
+                workflows=self.workflows,
+                generations=self._generation,
+                callbacks_pending=self._callbacks_pending,
+            )
+            clock.on_move = self.retention.expire
 
     @property
     def dedup_window_ms(self) -> int:
@@ -342,7 +358,22 @@ class Store:
             self._publish_callback(message, delivery, message.callback)
         if dlq_entry is not None and message.failure_callback:
             self._publish_callback(message, delivery, message.failure_callback, dlq_entry)
+        if len(result.content) > KEPT_RESPONSE_BYTES:
+            self._keep_the_start(delivery, dlq_entry, result.content)
         return delivery, dlq_entry
+
+    def _keep_the_start(self, delivery: Delivery, dlq_entry: DlqEntry | None, whole: bytes) -> None:
+        """Callbacks have carried the whole answer; the attempt's record, its log entries and
+        its DLQ entry keep its first ``KEPT_RESPONSE_BYTES``, so that endpoints answering
+        megabytes do not make the store grow by as much at every attempt."""
+        kept = whole[:KEPT_RESPONSE_BYTES]
+        delivery.response_content = kept
+        if dlq_entry is not None:
+            dlq_entry.response_content = kept
+        # This attempt's log entries are among the last few (callbacks log after them).
+        for event in self.events[-16:]:
+            if event.response_content is whole:
+                event.response_content = kept
 
     def _publish_callback(
         self,
@@ -526,6 +557,7 @@ class Store:
             cause=cause,
         )
         message.is_failure_callback = failed.is_failure_callback
+        message.retried_from = failed.message_id
         message.from_schedule = False  # the test's own doing now, whatever started it
         if failed.workflow_run_id is not None:
             self.workflows.replace_dead_letter(failed, message, entry)
@@ -602,6 +634,8 @@ class Store:
     def _finished(self, message: Message) -> None:
         """A message reached its final state: free its queue slot, unless callbacks about it
         are still to come (they are published right after this attempt) or to finish."""
+        if self.retention is not None:
+            self.retention.message_finished(message.message_id, self.clock.now_ms)
         if message.callback_for is not None:
             self._callback_finished(message)
         self.flow_keys.finished(message.message_id, message.flow_control)
@@ -659,6 +693,8 @@ class Store:
         reports its outcome to that run."""
         self.waiters.forget_run(run.run_id)
         self._report_invocation(run)
+        if self.retention is not None:
+            self.retention.run_ended(run.run_id, self.clock.now_ms)
 
     def _report_invocation(self, run: WorkflowRun) -> Message | None:
         """When another run invoked ``run``, publish the invoke step back into that run with
@@ -764,6 +800,8 @@ class Store:
         if message.workflow_run_id is not None and self.workflows.is_third_party_call(message):
             return None
         entry = self.dlq.add(message, result, self.clock.now_ms)
+        if self.retention is not None:
+            self.retention.dead_lettered(entry)
         if message.workflow_run_id is not None:
             self.workflows.message_failed(message, entry, self.clock.now_ms)
         return entry

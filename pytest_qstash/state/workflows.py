@@ -183,6 +183,11 @@ class WorkflowRun:
         return self.settings.flow_control_key
 
     @property
+    def redact(self) -> tuple[str, ...]:
+        """What the trigger's ``Upstash-Redact-Fields`` hides, for every step of the run."""
+        return self._members[0].message.redact if self._members else ()
+
+    @property
     def created_at(self) -> datetime:
         return ms_to_datetime(self.created_ms)
 
@@ -336,13 +341,20 @@ class WorkflowRuns:
         return run.messages[0] if run is not None and run.messages else None
 
     def inherit(self, opts: MessageOptions) -> None:
-        """Give a later step publish the settings its run was triggered with, where the step
-        sets none of its own (``RunSettings``)."""
+        """Give a later publish of a run what its trigger set: the redaction, for every
+        message of the run; the other settings (``RunSettings``), for a step that sets none
+        of its own."""
         tag = RunHeaders.of(opts.workflow_headers)
-        if tag is None or tag.init or tag.call_type != STEP:
+        if tag is None or tag.init:
             return
         run = self.runs.get(tag.run_id)
-        if run is not None:
+        if run is None:
+            return
+        # Redaction is the run's (the SDKs send it with the trigger only), whatever the
+        # feature set: a step's or a call's body and headers are hidden as its trigger's are.
+        if not opts.redact:
+            opts.redact = run.redact
+        if tag.call_type == STEP:
             run.settings.fill(opts)
 
     def track(
@@ -431,6 +443,19 @@ class WorkflowRuns:
     def call_type(self, message: Message) -> str:
         run, position = self._members[message.message_id]
         return run._members[position].call_type
+
+    def forget(self, run: WorkflowRun) -> list[Message]:
+        """Drop a run that ended (retention): it leaves the table, and so do the messages it
+        owns; returns them. Messages a resumed run carried over stay their own run's."""
+        self.runs.pop(run.run_id, None)
+        owned: list[Message] = []
+        for member in run._members:
+            message_id = member.message.message_id
+            found = self._members.get(message_id)
+            if found is not None and found[0] is run:
+                del self._members[message_id]
+                owned.append(member.message)
+        return owned
 
     # -- delivering -------------------------------------------------------------------------
     def membership(self, message_id: str) -> tuple[WorkflowRun, str] | None:

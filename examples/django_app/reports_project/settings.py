@@ -29,6 +29,8 @@ USE_TZ = True
 # then sets the process's TZ to it, and the fake's signatures must verify all the same.
 TIME_ZONE = "America/Chicago"
 
+# docs/how-to/django.md shows the lines below.
+# --8<-- [start:docs]
 # django-qstash publishes with QSTASH_TOKEN and verifies the webhook's Upstash-Signature with
 # the signing keys.
 QSTASH_TOKEN = os.environ["QSTASH_TOKEN"]
@@ -37,3 +39,4 @@ QSTASH_NEXT_SIGNING_KEY = os.environ["QSTASH_NEXT_SIGNING_KEY"]
 # Every task message is addressed to DJANGO_QSTASH_DOMAIN + DJANGO_QSTASH_WEBHOOK_PATH.
 DJANGO_QSTASH_DOMAIN = PUBLIC_URL
 DJANGO_QSTASH_WEBHOOK_PATH = "/qstash/webhook/"
+# --8<-- [end:docs]

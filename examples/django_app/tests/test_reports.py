@@ -35,6 +35,8 @@ def get_report(client: Client, report_id: int) -> dict[str, Any]:
     return report
 
 
+# docs/how-to/django.md shows the test below.
+# --8<-- [start:docs]
 def test_report_is_built_by_the_task(qstash, client):
     report = request_report(client)
     assert report["status"] == "queued"
@@ -58,6 +60,9 @@ def test_report_is_built_by_the_task(qstash, client):
     # The task read the time from Django's clock, which follows the fake's.
     assert built["built_at"] == qstash.now.isoformat()
     assert job.state == "DELIVERED"
+
+
+# --8<-- [end:docs]
 
 
 def test_nightly_digest_goes_out_at_two(qstash, client):

@@ -4,9 +4,16 @@ payment is tested in milliseconds."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sysconfig
+from pathlib import Path
+
 import requests
 
 from pytest_qstash.server import NodeApp, ServerProcess
+
+APP_DIR = Path(__file__).resolve().parent.parent
 
 
 def place_order(app: NodeApp, order_id: str, amount: int) -> str:
@@ -82,3 +89,27 @@ def test_unsigned_calls_to_the_workflow_are_refused(orders: NodeApp) -> None:
     )
     assert forged.status_code >= 400
     assert requests.get(f"{orders.url}/orders/o-4", timeout=10).status_code == 404
+
+
+def test_the_node_test_suite_passes(orders: NodeApp) -> None:
+    """``npm test``: the same service tested from Node (node:test, test/orders.test.mjs), which
+    starts its own ``pytest-qstash serve`` and drives it through the control API."""
+    scripts = sysconfig.get_path("scripts")
+    command = Path(scripts, "pytest-qstash.exe" if os.name == "nt" else "pytest-qstash")
+    env = {
+        **os.environ,
+        "PYTEST_QSTASH": str(command),
+        "PATH": f"{scripts}{os.pathsep}{os.environ['PATH']}",
+    }
+    done = subprocess.run(
+        ["node", "--test", "test/"],
+        cwd=APP_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "# pass 2" in done.stdout
+    assert "# fail 0" in done.stdout

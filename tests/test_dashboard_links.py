@@ -1,0 +1,57 @@
+"""What an opened run links to on the dashboard: the events it waits for and its messages.
+
+In-process: the run's route is a plain app, and its wait is sent as the TypeScript SDK's
+``waitForEvent`` sends it (``POST /v2/wait/{eventId}``), through httpx to the fake."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from pytest_qstash import FakeQStash
+from pytest_qstash.server import dashboard_links
+
+FLOW = "https://shop.test/workflows/order"
+
+
+def _route(request: httpx.Request) -> httpx.Response:
+    json.loads(request.content)
+    return httpx.Response(200, headers={"Upstash-Workflow-Sdk-Version": "1"})
+
+
+def test_a_waiting_run_links_its_wait_and_its_messages(qstash: FakeQStash) -> None:
+    qstash.mount("https://shop.test", _route)
+    run_id = qstash.trigger(FLOW, {"order": 7})
+    qstash.tick()
+    wait: dict[str, Any] = {
+        "url": FLOW,
+        "timeoutUrl": FLOW,
+        "timeoutHeaders": {"Upstash-Workflow-Runid": [run_id]},
+        "step": {"stepId": 1, "stepType": "Wait", "stepName": "wait for payment", "concurrent": 1},
+    }
+    answer = httpx.post(
+        "https://qstash.upstash.io/v2/wait/order-7-paid",
+        json=wait,
+        headers={
+            "Authorization": f"Bearer {qstash.token}",
+            "Upstash-Workflow-RunId": run_id,
+            "Upstash-Workflow-Url": FLOW,
+            "Upstash-Workflow-Init": "false",
+            "Upstash-Workflow-CallType": "step",
+        },
+    )
+    assert answer.status_code == 200, answer.text
+
+    [run] = qstash.runs
+    links = dashboard_links.links(qstash, "runs", run)
+    [waiting] = links["waiters"]
+    assert (waiting["event_id"], waiting["step_name"]) == ("order-7-paid", "wait for payment")
+    assert links["messages"] == [m.message_id for m in qstash.messages]
+    assert links["invoked"] == []
+    assert links["invoker"] is None
+    # And the other way: the run's message links to the run.
+    first = dashboard_links.links(qstash, "messages", qstash.messages[0])
+    assert first["run"] == run_id
+    assert first["log"][0]["state"] == "CREATED"
