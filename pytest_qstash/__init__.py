@@ -20,7 +20,7 @@ _WHERE = {
     "FakeQStash": ".fake",
     "QStashOutsideFakeWarning": ".intercept",
     "Found": ".query",
-    "Invoker": ".state.invocations",
+    "Invoker": ".state.models",
     "ApiCall": ".state.models",
     "Delivery": ".state.models",
     "DeliveryKind": ".state.models",
@@ -56,7 +56,6 @@ if TYPE_CHECKING:
     from .fake import FakeQStash
     from .intercept import QStashOutsideFakeWarning
     from .query import Found
-    from .state.invocations import Invoker
     from .state.models import (
         ApiCall,
         Delivery,
@@ -64,6 +63,7 @@ if TYPE_CHECKING:
         DlqEntry,
         Event,
         FlowControl,
+        Invoker,
         Message,
         MessageState,
         Waiter,

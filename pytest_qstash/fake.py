@@ -20,6 +20,7 @@ import httpx
 from . import api, hosts, httpx2_support, sslcache
 from .api._http import request_path
 from .api.faults import Fault, FaultTable
+from .api.publish_headers import parse_options
 from .api.waiters import notify_answer
 from .appclock import AppClock, NoAppClock, make_app_clock
 from .delivery.dispatcher import Dispatcher, DispatchSettings
@@ -27,14 +28,13 @@ from .delivery.handler_time import HandlerDuration, HandlerTimes
 from .delivery.mounts import MountTable
 from .delivery.transports import DEFAULT_DELIVERY_TIMEOUT_S, Sender
 from .durations import Duration, parse_duration_ms
-from .errors import AsyncContextError, DeliveryLoopError
+from .errors import AsyncContextError
 from .intercept import QStashRouter
 from .query import Found
 from .regions import region_named
-from .state import waiters as waits
 from .state import workflow_dlq
 from .state.account import Account
-from .state.clock import DueEvent, VirtualClock
+from .state.clock import VirtualClock
 from .state.dedup import DEFAULT_DEDUP_WINDOW_MS
 from .state.flow_control import FlowKey
 from .state.ids import IdGenerator
@@ -48,10 +48,11 @@ from .state.models import (
     Waiter,
     ms_to_datetime,
 )
-from .state.options import InvalidOption
+from .state.options import InvalidOption, check_due_in_range
 from .state.plans import DEFAULT_PLAN, plan_named
 from .state.queues import Queue
 from .state.retry import DEFAULT_RETRIES
+from .state.scheduler import Scheduler
 from .state.schedules import Schedule
 from .state.store import Store
 from .state.trigger import trigger_run
@@ -167,6 +168,7 @@ class FakeQStash:
         hosts.declare(self.router.api_bases)  # the network guard stops them, too
         self._sender = Sender(self.mounts, timeout_ms / 1000)
         self._app_clock: AppClock = make_app_clock(time_library) if freeze_time else NoAppClock()
+        self._scheduler = Scheduler(self.store)
         self._dispatcher = Dispatcher(
             self.store,
             self.mounts,
@@ -181,6 +183,7 @@ class FakeQStash:
             ),
             on_time=self._app_clock.move_to,
             handler_times=self._handler_times,
+            scheduler=self._scheduler,
         )
         #: How the async paths (``atick``, ``aadvance``, ``adrain``) deliver up to a moment:
         #: the dispatcher's loop, one attempt at a time; the server puts its concurrent one here.
@@ -403,7 +406,7 @@ class FakeQStash:
             return (request.method, path, request.url, request.headers, content)
 
         try:
-            response = api.handle(self.store, request, self._faults)
+            response = api.handle(self.store, request, self._faults, self._dispatcher.cause)
         except Exception as exc:  # an injected network error: the client gets no answer
             self._api_calls.append(
                 ApiCall(*sent(request.content), at_ms, None, error=f"{type(exc).__name__}: {exc}")
@@ -504,7 +507,7 @@ class FakeQStash:
         _refuse_inside_loop("drain()", "adrain()")
         limit = self._target(within)
         made = self._dispatcher.run(self.clock.now_ms)
-        while (step := self._drain_step(limit, len(made))) is not None:
+        while (step := self._dispatcher.drain_step(limit, len(made))) is not None:
             target, stuck = step
             delivered = self._dispatcher.run(target)
             if stuck and not delivered:
@@ -516,31 +519,13 @@ class FakeQStash:
         __tracebackhide__ = True
         limit = self._target(within)
         made = await self._adeliver(self.clock.now_ms)
-        while (step := self._drain_step(limit, len(made))) is not None:
+        while (step := self._dispatcher.drain_step(limit, len(made))) is not None:
             target, stuck = step
             delivered = await self._adeliver(target)
             if stuck and not delivered:
                 break
             made += delivered
         return _made(made)
-
-    def _drain_step(self, limit_ms: int, made: int) -> tuple[int, bool] | None:
-        """Where a drain goes next (the next due moment, and whether it is already due), or
-        None once nothing more is due by ``limit_ms``. Each step is its own dispatcher call,
-        so the drain as a whole is bounded here as one call is bounded."""
-        # Cron firings alone do not keep a drain going (a schedule is never idle); those
-        # that fall before the last pending delivery fire on the way.
-        due = self._next_due_ms(firings=False)
-        if due is None or due > limit_ms:
-            return None
-        limit = self._dispatcher.settings.max_per_call
-        if made >= limit:
-            raise DeliveryLoopError(
-                f"drain() stopped after {made} deliveries (max_deliveries_per_call={limit}) "
-                f"at {self.now.isoformat()}: something keeps publishing (a handler republishing "
-                "itself with a delay?). Nothing is lost; raise the limit if this is intended."
-            )
-        return max(due, self.clock.now_ms), due <= self.clock.now_ms
 
     async def atick(self) -> Found[Delivery]:
         __tracebackhide__ = True
@@ -560,28 +545,8 @@ class FakeQStash:
 
         What cannot happen until the test acts is not due: a paused schedule's firings, and
         the messages held by a paused queue or a paused flow-control key."""
-        due = self._next_due_ms()
+        due = self._scheduler.next_due_ms()
         return None if due is None else ms_to_datetime(due)
-
-    def _next_due_ms(self, *, firings: bool = True) -> int | None:
-        earliest: int | None = None
-        for event in self.clock.pending():
-            if earliest is not None and event.due_ms >= earliest:
-                break  # events come in due order: none later can be earlier
-            if not firings and self._scheduled_work(event):
-                continue
-            due = self.store.live_due_ms(event)
-            if due is not None and (earliest is None or due < earliest):
-                earliest = due
-        return earliest
-
-    def _scheduled_work(self, event: DueEvent) -> bool:
-        """A cron firing, or a delivery a firing led to (its message, a follow-up its handler
-        published, their retries and callbacks): what never lets a schedule be idle."""
-        if event.kind in ("cron", "wait"):
-            return True  # a wait's timeout neither: a drain stops where the run waits
-        message = self.store.messages.get(event.target) if event.kind != "flow" else None
-        return message is not None and message.from_schedule
 
     def _target(self, duration: Duration) -> int:
         target = self.clock.now_ms + parse_duration_ms(duration)
@@ -629,23 +594,9 @@ class FakeQStash:
         return Found(self._api_calls, "API call")
 
     def _due_now(self) -> list[Message]:
-        """Messages due at or before ``qstash.now`` that nothing has delivered yet (what a
-        ``tick()`` would deliver first); held ones (a paused queue or flow-control key)
-        are not due."""
-        now = self.clock.now_ms
-        due: list[Message] = []
-        for event in self.clock.pending():
-            if event.due_ms > now:
-                break  # events come in due order
-            if event.kind != "deliver":
-                continue
-            due_ms = self.store.live_due_ms(event)
-            if due_ms is None or due_ms > now:
-                continue
-            message = self.store.messages.get(event.target)
-            if message is not None and message not in due:
-                due.append(message)
-        return due
+        """Messages due at or before ``qstash.now`` that nothing has delivered yet (the
+        strict teardown check; ``Scheduler.due_now``)."""
+        return self._scheduler.due_now()
 
     def _unread_dlq(self) -> list[DlqEntry]:
         """DLQ entries the test never read: not through ``qstash.dlq``, nor listed or
@@ -708,7 +659,9 @@ class FakeQStash:
         """What ``POST /v2/workflows/dlq/callback/{dlq_id}`` does: call the failed run's
         failure function (or failure URL) again, once its call has failed
         (``failure_function_state == "CALLBACK_FAIL"``; a ``ValueError`` otherwise)."""
-        return workflow_dlq.retry_failure_function(self.store, _dlq_id(dlq_id))
+        return workflow_dlq.retry_failure_function(
+            self.store, _dlq_id(dlq_id), cause=self._dispatcher.cause
+        )
 
     def _continue_run(
         self,
@@ -717,13 +670,16 @@ class FakeQStash:
         retries: int | None,
         headers: dict[str, str] | None,
     ) -> WorkflowRun:
-        overrides = dict(headers or {})
+        named = {k: v for k, v in (headers or {}).items() if k.lower().startswith("upstash-")}
         if retries is not None:
             if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
                 raise ValueError(f"invalid retries {retries!r}: expected an int >= 0")
-            overrides["Upstash-Retries"] = str(retries)
+            named["Upstash-Retries"] = str(retries)
         try:
-            return action(self.store, _dlq_id(dlq_id), overrides)
+            overrides = parse_options(named) if named else None
+            if overrides is not None:
+                check_due_in_range(overrides, self.store.clock.now_ms)
+            return action(self.store, _dlq_id(dlq_id), overrides, cause=self._dispatcher.cause)
         except InvalidOption as exc:
             raise ValueError(str(exc)) from None
 
@@ -760,6 +716,7 @@ class FakeQStash:
             retries=retries,
             failure_url=failure_url,
             label=label,
+            cause=self._dispatcher.cause,
         )
 
     def notify(
@@ -787,7 +744,9 @@ class FakeQStash:
         else:
             content = json.dumps(data).encode()
         try:
-            reached = waits.notify(self.store, event_id, content, run_id=run_id)
+            reached = self.store.notify(
+                event_id, content, run_id=run_id, cause=self._dispatcher.cause
+            )
         except KeyError:
             runs = ", ".join(r.run_id for r in self.store.workflows if r.active) or "none"
             raise ValueError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import pickle
 from datetime import datetime, timezone
 from email.utils import format_datetime
 
@@ -536,3 +537,12 @@ def test_next_delay_rejects_negative_retried() -> None:
 def test_next_delay_is_keyword_only() -> None:
     with pytest.raises(TypeError):
         next_retry_delay_ms(0, None, None, NOW_MS)  # type: ignore[call-arg]
+
+
+def test_a_retry_delay_expression_pickles_as_its_text() -> None:
+    # A data dir's snapshot holds messages with their expressions: the compiled closures
+    # must not make it fail.
+    expression = RetryDelayExpression("pow(2, retried) * 1000")
+    copy = pickle.loads(pickle.dumps(expression))
+    assert copy.text == expression.text
+    assert copy.delay_ms(3) == expression.delay_ms(3) == 8000

@@ -658,8 +658,8 @@ def test_the_data_dir_and_its_files_are_private(tmp_path: Path) -> None:
 
 
 def test_an_older_schema_is_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A data dir of the schema before (hand-edited here: its messages name their label
-    ``tag``) is brought to the current one by its migration, then written in it."""
+    """A data dir of the schema before (hand-edited here: its message options name their
+    label ``tag``) is brought to the current one by its migration, then written in it."""
     settings = ServerSettings("token-1", "sig_a", "sig_b", clock="virtual", start="2026-01-01")
     auth = {"Authorization": "Bearer token-1", "Upstash-Label": "billing"}
 
@@ -676,16 +676,21 @@ def test_an_older_schema_is_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
     message_id = asyncio.run(write())
     db = sqlite3.connect(tmp_path / "snapshot.sqlite")
-    for n, text in db.execute("SELECT id, fields FROM messages").fetchall():
+    rows = db.execute("SELECT id, fields FROM message_options").fetchall()
+    assert any("label" in json.loads(text) for _, text in rows)
+    for n, text in rows:
         fields = json.loads(text)
+        if "label" not in fields:
+            continue
         fields["tag"] = fields.pop("label")
-        db.execute("UPDATE messages SET fields = ? WHERE id = ?", (json.dumps(fields), n))
+        db.execute("UPDATE message_options SET fields = ? WHERE id = ?", (json.dumps(fields), n))
     db.commit()
     db.close()
 
     def rename_tag(document: dict[str, Any]) -> None:
-        for fields in document["kinds"]["messages"].values():
-            fields["label"] = fields.pop("tag")
+        for fields in document["kinds"]["message_options"].values():
+            if "tag" in fields:
+                fields["label"] = fields.pop("tag")
 
     monkeypatch.setattr(codec, "SCHEMA", codec.SCHEMA + 1)
     monkeypatch.setattr(codec, "MIGRATIONS", {codec.SCHEMA - 1: rename_tag})

@@ -19,6 +19,7 @@ from urllib.parse import unquote
 import httpx
 
 from ..state.account import DEFAULT_TOKEN
+from ..state.models import Message
 from ..state.rejections import RejectedCall
 from ..state.store import Store
 from . import (
@@ -36,7 +37,7 @@ from . import (
     workflow_runs,
     workflows,
 )
-from ._http import ApiError, error_response, request_path
+from ._http import CAUSE, ApiError, error_response, request_path
 from .faults import FaultTable
 
 Handler = Callable[..., httpx.Response]
@@ -134,12 +135,20 @@ _NOT_YET: tuple[str, ...] = ()
 
 
 def handle(
-    store: Store, request: httpx.Request, faults: FaultTable | None = None
+    store: Store,
+    request: httpx.Request,
+    faults: FaultTable | None = None,
+    cause: Message | None = None,
 ) -> httpx.Response:
     """Answer one QStash API request: authentication first, then an armed fault
     (``qstash.fail_next``), else the endpoint's handler; every error answer is kept for the
     failure report. Nothing raises out of here but an injected network fault: an SDK retries
-    an exception five times with real sleeps, while it reports an answer at once."""
+    an exception five times with real sleeps, while it reports an answer at once.
+
+    ``cause``: the message whose delivery is making this call, if any; what it publishes
+    follows from that delivery (the loop guard, ``drain``). The handlers read it from the
+    request (``_http.cause_of``)."""
+    request.extensions = {**request.extensions, CAUSE: cause}
     path, _, query = request_path(request).partition("?")
     endpoint = f"{request.method} {path}"
     try:
@@ -154,22 +163,25 @@ def handle(
         if injected is not None:
             _record_rejection(store, request, injected, injected=True)
             return injected
+    refused: str | None = None  # why a 400 refused the call
     try:
         handler, params = _route(request.method, path, query, endpoint)
         response = handler(store, request, **params)
     except ApiError as exc:
         response = error_response(exc.status, exc.message)
         response.headers.update(exc.headers)
+        refused = exc.message if exc.status == 400 else None
     except Exception as exc:  # a bug: answer it rather than raise it into the app's SDK
         _log.exception("pytest-qstash failed to answer %s", endpoint)
-        response = error_response(
-            400,
+        refused = (
             f"pytest-qstash could not handle {endpoint} ({type(exc).__name__}: {exc}); "
-            "this is a bug in pytest-qstash, please report it with the request",
+            "this is a bug in pytest-qstash, please report it with the request"
         )
+        response = error_response(400, refused)
     if not 200 <= response.status_code < 300:
         _record_rejection(store, request, response)
-        workflows.note_refused_step(store, request, response)
+    if refused is not None:
+        workflows.note_refused_step(store, request, refused)
     return response
 
 

@@ -28,6 +28,17 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
+#: The request extension ``handle`` puts the request's cause in.
+CAUSE = "pytest_qstash.cause"
+
+
+def cause_of(request: httpx.Request) -> Message | None:
+    """The message whose delivery made this API call (the app publishing while it handles
+    one), as the caller of ``handle`` said; None for a call from outside a delivery."""
+    cause = request.extensions.get(CAUSE)
+    return cause if isinstance(cause, Message) else None
+
+
 def request_path(request: httpx.Request) -> str:
     """The raw path and query as sent (bytes beyond ASCII, which no client should send, are
     escaped rather than refused)."""

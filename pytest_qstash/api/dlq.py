@@ -13,12 +13,13 @@ from typing import Any
 import httpx
 
 from ..state.models import DlqEntry
-from ..state.options import InvalidOption, check_due_in_range, parse_options
+from ..state.options import InvalidOption, MessageOptions, check_due_in_range
 from ..state.store import Store
 from . import workflow_dlq
 from ._http import (
     ApiError,
     Filters,
+    cause_of,
     empty_response,
     header_map,
     int_filter,
@@ -29,6 +30,7 @@ from ._http import (
     read_json,
 )
 from .events import MESSAGE_FILTERS, message_matches, newest_first, page_size, parse_cursor
+from .publish_headers import parse_options
 
 #: Default and largest page size of the listing and of filter-based bulk operations.
 MAX_DLQ_PAGE = 100
@@ -102,7 +104,7 @@ def delete_dlq_many(store: Store, request: httpx.Request) -> httpx.Response:
 def retry_dlq(store: Store, request: httpx.Request, dlq_id: str) -> httpx.Response:
     overrides = _overrides(store, request.headers)
     _entry(store, dlq_id)
-    message = store.retry_dlq_entry(dlq_id, overrides)
+    message = store.retry_dlq_entry(dlq_id, overrides, cause=cause_of(request))
     return json_response({"messageId": message.message_id}, 201)
 
 
@@ -120,7 +122,8 @@ def retry_dlq_many(store: Store, request: httpx.Request) -> httpx.Response:
         targets = [entry.dlq_id for entry in entries]
         if cursor is not None:
             out["cursor"] = cursor
-    retried = [store.retry_dlq_entry(dlq_id, overrides) for dlq_id in targets]
+    cause = cause_of(request)
+    retried = [store.retry_dlq_entry(dlq_id, overrides, cause=cause) for dlq_id in targets]
     out["responses"] = [{"messageId": message.message_id} for message in retried]
     return json_response(out, 201)
 
@@ -133,15 +136,16 @@ def _entry(store: Store, dlq_id: str) -> DlqEntry:
     return entry
 
 
-def _overrides(store: Store, headers: httpx.Headers) -> dict[str, str]:
+def _overrides(store: Store, headers: httpx.Headers) -> MessageOptions:
     """The retry request's ``Upstash-*`` headers, refused (400) before anything is retried
     when one of them is not a valid option."""
     overrides = {name: value for name, value in headers.items() if name.startswith("upstash-")}
     try:
-        check_due_in_range(parse_options(overrides), store.clock.now_ms)
+        opts = parse_options(overrides)
+        check_due_in_range(opts, store.clock.now_ms)
     except InvalidOption as exc:
         raise ApiError(400, str(exc)) from None
-    return overrides
+    return opts
 
 
 def _targets(request: httpx.Request) -> tuple[list[str] | None, Filters]:

@@ -15,8 +15,8 @@ from typing import Literal, get_args
 
 import httpx
 
-from ..state.options import HTTP_METHODS
 from ._http import error_response, request_path
+from .publish_headers import HTTP_METHODS
 
 FaultKind = Literal["error", "burst", "daily", "network"]
 FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)

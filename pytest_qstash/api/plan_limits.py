@@ -8,10 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..state.options import MessageOptions
+from ..state.plans import DailyQuotaExceeded
 from ..state.store import Store
 from ._http import ApiError
-
-_DAY_MS = 86_400_000
 
 
 def check_message(store: Store, opts: MessageOptions, content: bytes) -> None:
@@ -24,8 +23,8 @@ def check_message(store: Store, opts: MessageOptions, content: bytes) -> None:
             f"({plan.max_message_bytes} bytes)",
         )
     now = store.clock.now_ms
-    delay = (opts.not_before_ms - now) if opts.not_before_ms is not None else opts.delay_ms
-    if plan.max_delay_ms is not None and delay is not None and delay > plan.max_delay_ms:
+    delay = opts.due_ms(now) - now
+    if plan.max_delay_ms is not None and delay > plan.max_delay_ms:
         raise ApiError(
             400,
             f"delay of {delay // 1000}s exceeds the maximum delay of the {plan.name} plan "
@@ -44,28 +43,21 @@ def check_message(store: Store, opts: MessageOptions, content: bytes) -> None:
 
 
 def check_daily(store: Store, count: int) -> None:
-    """Count ``count`` more messages against the day's quota (UTC), or refuse them all when it
-    would be exceeded: 429 with the ``RateLimit-*`` headers the SDK turns into
-    ``DailyMessageLimitExceededError``. Only what the API publishes counts (publish, enqueue,
-    batch), not retries, callbacks or schedule firings."""
-    limit = store.plan.messages_per_day
-    if limit is None:
-        return
-    now = store.clock.now_ms
-    day_start = now - now % _DAY_MS
-    used = store.published_on(day_start)
-    if used + count <= limit:
-        store.count_published(day_start, count)
-        return
-    raise ApiError(
-        429,
-        f"daily message limit of the {store.plan.name} plan exceeded ({limit} messages a day)",
-        {
-            "RateLimit-Limit": str(limit),
-            "RateLimit-Remaining": str(max(0, limit - used)),
-            "RateLimit-Reset": str((day_start + _DAY_MS) // 1000),
-        },
-    )
+    """Count ``count`` more messages against the day's quota (``Store.count_daily``), or
+    refuse them all: 429 with the ``RateLimit-*`` headers the SDK turns into
+    ``DailyMessageLimitExceededError``."""
+    try:
+        store.count_daily(count)
+    except DailyQuotaExceeded as exc:
+        raise ApiError(
+            429,
+            str(exc),
+            {
+                "RateLimit-Limit": str(exc.limit),
+                "RateLimit-Remaining": str(max(0, exc.limit - exc.used)),
+                "RateLimit-Reset": str(exc.reset_ms // 1000),
+            },
+        ) from None
 
 
 def check_new_url_group(store: Store, name: str) -> None:

@@ -8,18 +8,17 @@ from typing import Any
 import httpx
 
 from ..state.deliverable import HOP_BY_HOP, Undeliverable, checked_url, is_url
-from ..state.invocations import Invoker
 from ..state.invocations import unwrap as unwrap_invocation
+from ..state.models import Invoker, Message
 from ..state.options import (
     InvalidOption,
     MessageOptions,
     check_due_in_range,
-    derived_options,
-    parse_options,
 )
 from ..state.store import Published, Store, UnknownDestination
-from ._http import ApiError, json_response, read_json
+from ._http import ApiError, cause_of, json_response, read_json
 from .plan_limits import check_daily, check_message, check_queues
+from .publish_headers import parse_options
 from .workflows import refuse_ended_run
 
 INVALID_DESTINATION = (
@@ -32,10 +31,15 @@ def publish(store: Store, request: httpx.Request, destination: str) -> httpx.Res
     # A workflow's context.invoke: the invoked run starts with the body inside the envelope.
     try:
         content, invoker = unwrap_invocation(opts.workflow_headers, request.content)
+        if invoker is not None:
+            # What resumes the invoker must be publishable: now, or 400.
+            invoker.options = parse_options(_invoker_resume_headers(invoker))
     except InvalidOption as exc:
         raise ApiError(400, str(exc)) from None
     check_message(store, opts, content)
-    results = _publish(store, destination, opts, content, queue=None, daily=True)
+    results = _publish(
+        store, destination, opts, content, queue=None, daily=True, cause=cause_of(request)
+    )
     if invoker is not None:
         _record_invoker(store, results, invoker)
     return _answer(results)
@@ -46,7 +50,17 @@ def enqueue(store: Store, request: httpx.Request, queue: str, destination: str) 
     opts = _checked_options(store, _request_options(request))
     check_message(store, opts, request.content)
     check_queues(store, [queue])
-    return _answer(_publish(store, destination, opts, request.content, queue=queue, daily=True))
+    return _answer(
+        _publish(
+            store,
+            destination,
+            opts,
+            request.content,
+            queue=queue,
+            daily=True,
+            cause=cause_of(request),
+        )
+    )
 
 
 def batch(store: Store, request: httpx.Request) -> httpx.Response:
@@ -58,13 +72,32 @@ def batch(store: Store, request: httpx.Request) -> httpx.Response:
     check_queues(store, [queue for *_, queue in prepared])
     check_daily(store, len(prepared))
     answers: list[Any] = []
+    cause = cause_of(request)
     for destination, opts, content, queue in prepared:
-        results = _publish(store, destination, opts, content, queue=queue)
+        results = _publish(store, destination, opts, content, queue=queue, cause=cause)
         answers.append(_shape(results))
     return json_response(answers)
 
 
 # -- internals ------------------------------------------------------------------------------
+def _invoker_resume_headers(invoker: Invoker) -> dict[str, str]:
+    """The publish headers of the step that resumes ``invoker``: the envelope's, as a step
+    of its run."""
+    headers = dict(invoker.headers)
+    for name in [
+        k for k in headers if k.lower() in ("upstash-workflow-init", "upstash-workflow-calltype")
+    ]:
+        del headers[name]
+    headers.update(
+        {
+            "Upstash-Workflow-Init": "false",
+            "Upstash-Workflow-CallType": "step",
+            "Upstash-Workflow-RunId": invoker.run_id,
+        }
+    )
+    return headers
+
+
 def _record_invoker(store: Store, results: Results, invoker: Invoker) -> None:
     """The run an invoke started remembers its invoker (not a run that existed already)."""
     for item in results[0]:
@@ -126,12 +159,13 @@ def _publish(
     *,
     queue: str | None,
     daily: bool = False,
+    cause: Message | None = None,
 ) -> Results:
     destination = check_destination(store, destination, group_needs_endpoints=True)
     if daily:
         check_daily(store, 1)  # a batch counts all its messages before creating any
     try:
-        return store.publish(destination, content, opts, queue=queue)
+        return store.publish(destination, content, opts, queue=queue, cause=cause)
     except UnknownDestination:
         raise ApiError(400, INVALID_DESTINATION) from None
 
@@ -145,12 +179,10 @@ def _checked_options(store: Store, headers: Mapping[str, str]) -> MessageOptions
 
 def publish_options(store: Store, headers: Mapping[str, str]) -> MessageOptions:
     """The ``Upstash-*`` options of a publish (or a schedule's), 400 when one is invalid:
-    callback options are checked now too, not when the callback is due."""
+    callback options are read now too (``parse_options``), not when the callback is due."""
     try:
         opts = parse_options(headers)
         check_due_in_range(opts, store.clock.now_ms)
-        parse_options(derived_options(opts.callback_headers, "upstash-callback-"))
-        parse_options(derived_options(opts.failure_callback_headers, "upstash-failure-callback-"))
     except InvalidOption as exc:
         raise ApiError(400, str(exc)) from None
     return opts

@@ -13,16 +13,17 @@ from __future__ import annotations
 import base64
 import json
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
 from ..state import waiters as rules
+from ..state.deliverable import Undeliverable, checked_url
 from ..state.models import Message, Waiter
-from ..state.options import InvalidOption, canonical, parse_options
+from ..state.options import InvalidOption, canonical
 from ..state.store import Store
 from ..state.workflows import WorkflowRun
-from ._http import ApiError, json_response, read_json
+from ._http import ApiError, cause_of, json_response, read_json
+from .publish_headers import parse_options
 
 #: The path webhooks are served under: no token needed, any method.
 WEBHOOK_PREFIX = "/v2/workflows/hooks/"
@@ -45,25 +46,53 @@ def wait(store: Store, request: httpx.Request, event_id: str) -> httpx.Response:
     }
     for field in ("url", "timeoutUrl"):
         value = body.get(field)
-        if value is not None and not (
-            isinstance(value, str)
-            and value.startswith(("http://", "https://"))
-            and urlsplit(value).hostname
-        ):
-            raise ApiError(400, f"invalid wait request: {field} must be an http(s) URL")
+        if value is not None:
+            try:
+                checked_url(value, field)
+            except Undeliverable as exc:
+                raise ApiError(400, f"invalid wait request: {exc}") from None
     try:
-        parse_options({k: v for k, v in headers.items() if k.lower().startswith("upstash-")})
-        rules.wait(store, run, event_id, body, headers)
+        step = rules.step_headers(headers)
+        timeout_headers = rules.header_lists_of(body.get("timeoutHeaders"))
+        notified = parse_options(_resume_headers(step, run.run_id, {}))
+        timed_out = parse_options(_resume_headers(step, run.run_id, timeout_headers))
+        store.wait(run, event_id, body, headers, notified, timed_out, cause=cause_of(request))
     except (InvalidOption, ValueError, TypeError) as exc:
         raise ApiError(400, f"invalid wait request: {exc}") from None
     return httpx.Response(200)
+
+
+def _resume_headers(
+    headers: dict[str, str], run_id: str, timeout_headers: dict[str, list[str]]
+) -> dict[str, str]:
+    """The publish headers of a wait step going back into its run: the wait's own, and when
+    timed out, the wait's ``timeoutHeaders`` forwarded."""
+    out = dict(headers)
+    present = {name.lower() for name in out}
+    for name, values in timeout_headers.items():
+        lowered = name.lower()
+        # The run's own protocol headers are in the wait's headers already.
+        if lowered.startswith("upstash-") or f"upstash-forward-{lowered}" in present:
+            continue
+        if values:
+            out[f"Upstash-Forward-{name}"] = values[0]
+    _set(out, "upstash-workflow-init", "false")
+    _set(out, "upstash-workflow-calltype", "step")
+    _set(out, "upstash-workflow-runid", run_id)
+    return out
+
+
+def _set(headers: dict[str, str], name: str, value: str) -> None:
+    for existing in [k for k in headers if k.lower() == name]:
+        del headers[existing]
+    headers[name] = value
 
 
 def notify_event(store: Store, request: httpx.Request, event_id: str) -> httpx.Response:
     """``POST /v2/notify/{eventId}``: every run waiting for the event resumes with the body
     as the event's data; one ``NotifyResponse`` each, ``[]`` when none waits (the event is
     then lost)."""
-    reached = rules.notify(store, event_id, request.content)
+    reached = store.notify(event_id, request.content, cause=cause_of(request))
     return json_response([notify_answer(*item) for item in reached], 201)
 
 
@@ -71,7 +100,7 @@ def notify_run(store: Store, request: httpx.Request, run_id: str, event_id: str)
     """``POST /v2/notify/{runId}/{eventId}``: the run resumes if it waits for the event,
     else the notify is kept for its next wait; 400 for a run that is unknown or ended."""
     try:
-        [item] = rules.notify(store, event_id, request.content, run_id=run_id)
+        [item] = store.notify(event_id, request.content, run_id=run_id, cause=cause_of(request))
     except KeyError:
         raise ApiError(400, _INVALID_RUN) from None
     return json_response(notify_answer(*item), 201)
@@ -99,7 +128,7 @@ def webhook(store: Store, request: httpx.Request, hook: str) -> httpx.Response:
         raise ApiError(404, f"no webhook for user {user_id!r} on this account")
     data = json.dumps(webhook_request(request), separators=(",", ":")).encode()
     try:
-        [item] = rules.notify(store, event_id, data, run_id=run_id)
+        [item] = store.notify(event_id, data, run_id=run_id, cause=cause_of(request))
     except KeyError:
         raise ApiError(400, _INVALID_RUN) from None
     return json_response(notify_answer(*item), 200)

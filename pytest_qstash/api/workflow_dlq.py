@@ -15,13 +15,19 @@ from typing import Any
 import httpx
 
 from ..state import workflow_dlq as wdlq
-from ..state.options import InvalidOption, header_lists
+from ..state.options import (
+    InvalidOption,
+    MessageOptions,
+    check_due_in_range,
+    header_lists,
+)
 from ..state.store import Store
 from ..state.workflow_dlq import FailureFunctionNotRetryable, NotAWorkflowEntry, WorkflowDlqEntry
 from ..state.workflows import WorkflowRun
 from ._http import (
     ApiError,
     Filters,
+    cause_of,
     empty_response,
     header_map,
     int_filter,
@@ -29,6 +35,7 @@ from ._http import (
     put_body,
     query_filters,
 )
+from .publish_headers import parse_options
 
 #: Default and largest page of the listing and of the bulk operations.
 MAX_PAGE = 100
@@ -152,7 +159,7 @@ def retry_callback(store: Store, request: httpx.Request, dlq_id: str) -> httpx.R
     unless its call failed)."""
     _get(store, dlq_id)
     try:
-        run = wdlq.retry_failure_function(store, dlq_id)
+        run = wdlq.retry_failure_function(store, dlq_id, cause=cause_of(request))
     except FailureFunctionNotRetryable as exc:
         raise ApiError(400, str(exc)) from None
     return json_response(wdlq.run_json(run))
@@ -180,27 +187,34 @@ def _get(store: Store, dlq_id: str) -> WorkflowDlqEntry:
         raise ApiError(404, f"DLQ message {dlq_id} not found") from None
 
 
-def _overrides(request: httpx.Request) -> dict[str, str]:
-    return {name: value for name, value in request.headers.items() if name.startswith("upstash-")}
+def _overrides(store: Store, request: httpx.Request) -> MessageOptions | None:
+    """What the request's ``Upstash-*`` headers override (None: it sends none), 400 when
+    one is not a valid option."""
+    headers = {
+        name: value for name, value in request.headers.items() if name.startswith("upstash-")
+    }
+    if not headers:
+        return None
+    try:
+        opts = parse_options(headers)
+        check_due_in_range(opts, store.clock.now_ms)
+    except InvalidOption as exc:
+        raise ApiError(400, str(exc)) from None
+    return opts
 
 
 def _act(store: Store, request: httpx.Request, action: Action, dlq_id: str) -> WorkflowRun:
     _get(store, dlq_id)
-    try:
-        return action(store, dlq_id, _overrides(request))
-    except InvalidOption as exc:
-        raise ApiError(400, str(exc)) from None
+    return action(store, dlq_id, _overrides(store, request), cause=cause_of(request))
 
 
 def _act_many(store: Store, request: httpx.Request, action: Action) -> httpx.Response:
     """Resume or restart the entries named (404 when one is unknown, before any is acted on)
     or a page of those the filters match, oldest first; ``{"workflowRuns": [...]}``."""
     targets, cursor = _targets(store, request, strict=True, fresh=True)
-    overrides = _overrides(request)
-    try:
-        runs = [action(store, item.dlq_id, overrides) for item in targets]
-    except InvalidOption as exc:
-        raise ApiError(400, str(exc)) from None
+    overrides = _overrides(store, request)
+    cause = cause_of(request)
+    runs = [action(store, item.dlq_id, overrides, cause=cause) for item in targets]
     out: dict[str, Any] = {"workflowRuns": [wdlq.run_json(run) for run in runs]}
     if cursor is not None:
         out["cursor"] = cursor

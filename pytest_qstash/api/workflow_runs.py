@@ -8,15 +8,21 @@ from typing import Any
 
 import httpx
 
-from ..state.options import InvalidOption, parse_options
+from ..state.deliverable import Undeliverable, checked_url
+from ..state.models import Message
+from ..state.options import InvalidOption
 from ..state.store import Store
-from ..state.trigger import trigger_request
-from ._http import ApiError, json_response, read_json
+from ..state.trigger import start_run
+from ..state.workflows import WorkflowRun
+from ._http import ApiError, cause_of, json_response, read_json
+from .publish_headers import parse_options
 
 
 def trigger(store: Store, request: httpx.Request, destination: str) -> httpx.Response:
     try:
-        run, _ = trigger_request(store, destination, request.content, request.headers)
+        run, _ = trigger_request(
+            store, destination, request.content, request.headers, cause_of(request)
+        )
     except InvalidOption as exc:
         raise ApiError(400, str(exc)) from None
     return json_response({"workflowRunId": run.run_id, "workflowCreatedAt": run.created_ms})
@@ -35,10 +41,10 @@ def batch_trigger(store: Store, request: httpx.Request) -> httpx.Response:
             item.get("body", ""),
             item.get("headers", {}),
         )
-        if not isinstance(destination, str) or not destination.startswith(("http://", "https://")):
-            raise ApiError(
-                400, f"invalid destination at [{position}]: expected an http:// or https:// URL"
-            )
+        try:
+            destination = checked_url(destination, "destination")
+        except Undeliverable as exc:
+            raise ApiError(400, f"invalid destination at [{position}]: {exc}") from None
         if not isinstance(body, str):
             raise ApiError(400, f"invalid body at [{position}]: expected a string")
         if not isinstance(headers, dict) or not all(
@@ -53,7 +59,9 @@ def batch_trigger(store: Store, request: httpx.Request) -> httpx.Response:
     out: list[dict[str, Any]] = []
     for destination, content, headers in requests:
         try:
-            run, deduplicated = trigger_request(store, destination, content, headers)
+            run, deduplicated = trigger_request(
+                store, destination, content, headers, cause_of(request)
+            )
         except InvalidOption as exc:
             raise ApiError(400, str(exc)) from None
         out.append(
@@ -64,3 +72,36 @@ def batch_trigger(store: Store, request: httpx.Request) -> httpx.Response:
             }
         )
     return json_response(out, 201)
+
+
+def trigger_request(
+    store: Store,
+    url: str,
+    content: bytes,
+    headers: httpx.Headers,
+    cause: Message | None = None,
+) -> tuple[WorkflowRun, bool]:
+    """Start a run as ``POST /v2/trigger/{url}`` does: the request's ``Upstash-*`` headers
+    (retries, delay, label, flow control, failure callback and its ``-Forward-*`` headers,
+    ``Upstash-Forward-*``) become the run's settings, for every step; the run id is
+    ``Upstash-Workflow-RunId`` or a new one. The failure callback goes, unless the request
+    names one, to the workflow URL (where ``serve()``'s failure function answers). Returns the
+    run and whether it existed already (a trigger naming a run id twice starts it once).
+    Raises ``InvalidOption`` for a bad header (nothing is published then)."""
+    try:
+        url = checked_url(url, "workflow url")
+    except Undeliverable as exc:
+        raise InvalidOption(str(exc)) from None
+    run_id = (headers.get("upstash-workflow-runid") or "").strip() or "wfr_" + store.ids.token(21)
+    existing = store.workflows.get(run_id)
+    if existing is not None:
+        return existing, True
+    publish: dict[str, str] = {}
+    for name, value in headers.multi_items():
+        lowered = name.lower()
+        if lowered == "content-type" or (
+            lowered.startswith("upstash-") and not lowered.startswith("upstash-workflow-")
+        ):
+            publish[lowered] = value
+    opts = parse_options(publish)
+    return start_run(store, url, content, opts, run_id, url, cause=cause)

@@ -46,22 +46,15 @@ def refuse_ended_run(store: Store, opts: MessageOptions) -> None:
         raise ApiError(400, f"workflow run {run_id} is not active (state {run.state})")
 
 
-def note_refused_step(store: Store, request: httpx.Request, response: httpx.Response) -> None:
-    """A publish for an active run answered 400 (an invalid option, say): the run cannot go
-    on, as the SDK reads the answer as a cancel. End it, and keep why for the report."""
-    if response.status_code != 400 or request.method != "POST":
+def note_refused_step(store: Store, request: httpx.Request, error: str) -> None:
+    """A publish answered 400 with ``error`` (an invalid option, say): the runs it was a
+    step of end (``Store.end_refused_runs``), as the SDK reads the answer as a cancel."""
+    if request.method != "POST":
         return
     path = request.url.raw_path.decode("ascii").partition("?")[0]
-    try:
-        error = str(response.json()["error"])
-    except (ValueError, KeyError, TypeError):
-        error = response.text
-    reason = f"POST {path} answered 400: {error}"
-    for run_id in _step_run_ids(request, path):
-        run = store.workflows.get(run_id)
-        if run is not None and run.active:
-            for message in store.workflows.refuse_step(run, reason, store.clock.now_ms):
-                store.cancel(message)
+    run_ids = _step_run_ids(request, path)
+    if run_ids:
+        store.end_refused_runs(run_ids, f"POST {path} answered 400: {error}")
 
 
 def _step_run_ids(request: httpx.Request, path: str) -> list[str]:

@@ -1,6 +1,7 @@
 """Turns due events into signed HTTP deliveries and feeds their outcomes back into the store.
 
-The store decides what is due and what happens to it (``Store.pop_work``, ``start_attempt``,
+The scheduler decides what is due (``Scheduler.pop_work``) and the store what happens to it
+(``start_attempt``,
 ``answered``, ``end_attempt``: cron firings, flow-control wakes, retries, the DLQ, callbacks);
 the dispatcher signs, sends, and reports what the app answered. One step is split in two,
 ``next_job`` (the next attempt to make, its signed request built, or to end) and ``answered`` /
@@ -17,6 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from types import TracebackType
 
 import httpx
 
@@ -24,6 +26,7 @@ from ..errors import DeliveryLoopError, ReentrantCallError, UnroutedDeliveryErro
 from ..state.attempts import Attempt
 from ..state.models import Delivery, Message, ms_to_datetime
 from ..state.retention import Trail
+from ..state.scheduler import Scheduler
 from ..state.store import AttemptResult, Store
 from .handler_time import HandlerTimes
 from .mounts import MountTable
@@ -72,8 +75,11 @@ class Dispatcher:
         settings: DispatchSettings,
         on_time: Callable[[int], None],
         handler_times: HandlerTimes | None = None,
+        scheduler: Scheduler | None = None,
     ) -> None:
         self.store = store
+        #: What is due next: the one place the loop and the read-only questions ask.
+        self.scheduler = scheduler if scheduler is not None else Scheduler(store)
         self.handler_times = handler_times if handler_times is not None else HandlerTimes()
         self.clock = store.clock
         self.mounts = mounts
@@ -88,57 +94,37 @@ class Dispatcher:
         self._cascade_deliveries = 0
         # Parsed destination URLs: parsing is half the cost of building a delivery request.
         self._urls: dict[str, httpx.URL] = {}
+        #: The message whose app is being called: an API call the app makes meanwhile is
+        #: caused by it (the facade passes it to ``api.handle``). The server's concurrent
+        #: runner sets it to its best guess among the attempts it has in flight.
+        self.cause: Message | None = None
 
-    # -- the two loops ----------------------------------------------------------------------
+    # -- the loop, and its runners ---------------------------------------------------------
     def run(self, until_ms: int) -> list[Delivery]:
+        """Deliver what is due up to ``until_ms``, one attempt at a time."""
         __tracebackhide__ = True
-        self._enter()
-        made: list[Delivery] = []
-        try:
-            while (job := self.next_job(until_ms, len(made))) is not None:
-                if job.request is None:
-                    made.append(self.finish(job.attempt))
-                    continue
+        with DeliveryLoop(self, until_ms) as loop:
+            for job in loop:
+                assert job.request is not None
                 try:
-                    job.duration_ms = self.handler_times.duration_ms(job.request)
                     outcome = self.sender.send(job.request)
                 except Unrouted as exc:
-                    outcome = self.unrouted(job, exc)
-                except BaseException:
-                    self.abandon(job)
-                    raise
-                if (delivery := self.answered(job, outcome)) is not None:
-                    made.append(delivery)
-        finally:
-            self.store.delivering = None  # a send cut short by an exception
-            self._running = False
-        self.settle(until_ms)
-        return made
+                    outcome = loop.unrouted(exc)
+                loop.answer(outcome)
+        return loop.made
 
     async def arun(self, until_ms: int) -> list[Delivery]:
+        """``run`` on an event loop: the app's call awaited."""
         __tracebackhide__ = True
-        self._enter()
-        made: list[Delivery] = []
-        try:
-            while (job := self.next_job(until_ms, len(made))) is not None:
-                if job.request is None:
-                    made.append(self.finish(job.attempt))
-                    continue
+        with DeliveryLoop(self, until_ms) as loop:
+            for job in loop:
+                assert job.request is not None
                 try:
-                    job.duration_ms = self.handler_times.duration_ms(job.request)
                     outcome = await self.sender.asend(job.request)
                 except Unrouted as exc:
-                    outcome = self.unrouted(job, exc)
-                except BaseException:
-                    self.abandon(job)
-                    raise
-                if (delivery := self.answered(job, outcome)) is not None:
-                    made.append(delivery)
-        finally:
-            self.store.delivering = None
-            self._running = False
-        self.settle(until_ms)
-        return made
+                    outcome = loop.unrouted(exc)
+                loop.answer(outcome)
+        return loop.made
 
     def _enter(self) -> None:
         __tracebackhide__ = True
@@ -166,7 +152,7 @@ class Dispatcher:
         """The next attempt to make (signed request built) or to end, moving the clock to it;
         the store decides what is due and what may start."""
         __tracebackhide__ = True
-        work = self.store.pop_work(until_ms)
+        work = self.scheduler.pop_work(until_ms)
         if work is None:
             return None
         self._on_time(self.clock.now_ms)
@@ -196,6 +182,26 @@ class Dispatcher:
         if delivery.exception is not None and self.settings.raise_app_exceptions:
             raise delivery.exception
         return delivery
+
+    def drain_step(self, limit_ms: int, made: int) -> tuple[int, bool] | None:
+        """Where a drain goes next (the next due moment, and whether it is already due), or
+        None once nothing more is due by ``limit_ms``. Each step is its own run, so the drain
+        as a whole is bounded here (``made`` deliveries so far) as one run is bounded."""
+        __tracebackhide__ = True
+        # Cron firings alone do not keep a drain going (a schedule is never idle); those
+        # that fall before the last pending delivery fire on the way.
+        due = self.scheduler.next_due_ms(scheduled=False)
+        if due is None or due > limit_ms:
+            return None
+        limit = self.settings.max_per_call
+        if made >= limit:
+            raise DeliveryLoopError(
+                f"drain() stopped after {made} deliveries (max_deliveries_per_call={limit}) "
+                f"at {ms_to_datetime(self.clock.now_ms).isoformat()}: something keeps "
+                "publishing (a handler republishing itself with a delay?). Nothing is lost; "
+                "raise the limit if this is intended."
+            )
+        return max(due, self.clock.now_ms), due <= self.clock.now_ms
 
     def settle(self, until_ms: int) -> None:
         if until_ms > self.clock.now_ms:
@@ -247,13 +253,12 @@ class Dispatcher:
 
     def abandon(self, job: Job) -> None:
         """A delivery cut short by what is no app error (a cancellation, KeyboardInterrupt,
-        SystemExit): the attempt did not happen; the message is due again, not stuck ACTIVE.
-        For every loop that sends jobs (this one's, the server's concurrent one)."""
+        SystemExit): the attempt did not happen; the message is due again, not stuck ACTIVE."""
         self.store.requeue(job.attempt)
 
     def unrouted(self, job: Job, exc: Unrouted) -> Outcome:
-        """The outcome of a job nothing answers: a failed attempt, or, with strict routing,
-        ``UnroutedDeliveryError`` (the message due again). For every loop that sends jobs."""
+        """Nothing could answer the attempt: ``UnroutedDeliveryError`` under strict routing
+        (the attempt is put back), else a failed attempt's outcome."""
         __tracebackhide__ = True
         job.duration_ms = 0  # nothing answered: the attempt fails at once
         if self.settings.strict_routing:
@@ -311,3 +316,74 @@ class Dispatcher:
             "Nothing is lost: the messages are kept. If this is intended, raise the limit: "
             f"@pytest.mark.qstash({option}=...) or FakeQStash({option}=...)."
         )
+
+
+class DeliveryLoop:
+    """One delivery loop up to a moment, whatever sends: iterating it gives each attempt whose
+    app must be called (attempts that end with no call are ended on the way), ``answer`` gives
+    it the app's outcome. While the app is called, the dispatcher names the message as the
+    cause of what the app publishes. Leaving it by an exception (a cancellation, Ctrl-C) puts
+    back the attempt being made: it did not happen."""
+
+    def __init__(self, dispatcher: Dispatcher, until_ms: int) -> None:
+        self._dispatcher = dispatcher
+        self._until_ms = until_ms
+        self._job: Job | None = None
+        #: The deliveries made, in order.
+        self.made: list[Delivery] = []
+
+    def __enter__(self) -> DeliveryLoop:
+        __tracebackhide__ = True
+        self._dispatcher._enter()
+        return self
+
+    def __iter__(self) -> DeliveryLoop:
+        return self
+
+    def __next__(self) -> Job:
+        __tracebackhide__ = True
+        dispatcher = self._dispatcher
+        while (job := dispatcher.next_job(self._until_ms, len(self.made))) is not None:
+            if job.request is None:
+                self.made.append(dispatcher.finish(job.attempt))
+                continue
+            self._job, dispatcher.cause = job, job.message
+            job.duration_ms = dispatcher.handler_times.duration_ms(job.request)
+            return job
+        raise StopIteration
+
+    def answer(self, outcome: Outcome) -> None:
+        """The app answered the attempt last given (or it failed without an answer)."""
+        __tracebackhide__ = True
+        job, self._job = self._job, None
+        assert job is not None
+        self._dispatcher.cause = None
+        if (delivery := self._dispatcher.answered(job, outcome)) is not None:
+            self.made.append(delivery)
+
+    def unrouted(self, exc: Unrouted) -> Outcome:
+        """Nothing could answer the attempt last given: its outcome, or ``UnroutedDeliveryError``
+        (strict routing; the attempt is put back)."""
+        __tracebackhide__ = True
+        job, self._job = self._job, None
+        assert job is not None
+        self._dispatcher.cause = None
+        outcome = self._dispatcher.unrouted(job, exc)
+        self._job = job  # answered next
+        return outcome
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        __tracebackhide__ = True
+        dispatcher = self._dispatcher
+        dispatcher.cause = None
+        dispatcher._running = False
+        if exc_type is not None:
+            if self._job is not None:
+                dispatcher.abandon(self._job)  # cut short: the attempt did not happen
+            return
+        dispatcher.settle(self._until_ms)

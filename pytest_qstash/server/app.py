@@ -41,6 +41,7 @@ from ..state.provisioned import carry_over, keep_names
 from . import records, verbs
 from .dashboard import DASHBOARD_PATH, Dashboard
 from .deliveries import DEFAULT_ATTEMPT_TIMEOUT_S, ServerDeliveries
+from .errors import ControlError
 from .persistence import InMemory, Persistence, PersistenceError
 from .pools import OriginPools
 
@@ -60,13 +61,6 @@ MAX_BODY_BYTES = _LARGEST_MESSAGE_BYTES + 1024 * 1024
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-
-
-class ControlError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 @dataclass(frozen=True)

@@ -35,13 +35,13 @@ from ..state.dedup import Deduplication
 from ..state.dlq import DeadLetters
 from ..state.flow_control import FlowKey, FlowKeys
 from ..state.ids import IdGenerator
-from ..state.invocations import Invoker
 from ..state.models import (
     ApiCall,
     Delivery,
     DlqEntry,
     Event,
     FlowControl,
+    Invoker,
     Message,
     Waiter,
 )
@@ -157,7 +157,6 @@ KINDS: tuple[Kind, ...] = (
         "queues",
         "flow_keys",
         "_generation",
-        "delivering",
         "_callbacks_pending",
         "workflows",
         "waiters",
@@ -171,8 +170,6 @@ KINDS: tuple[Kind, ...] = (
         "_attempt_seq",
         "_published_day",
         "retention",
-        # Parsed retry-delay expressions by text: parsed again when next needed.
-        _expressions=dict,
     ),
     # The store points it at its retention's ``expire`` (a restored retention is that one).
     _kind("clock", VirtualClock, "now_ms", "_heap", "_seq", on_move=lambda: None),

@@ -100,7 +100,7 @@ class ServerDeliveries:
                         made.append(delivery)
                 self._point_delivering([])
         finally:
-            self._store.delivering = None
+            dispatcher.cause = None
         dispatcher.settle(until_ms)
         return made
 
@@ -112,9 +112,6 @@ class ServerDeliveries:
         limit = until_ms
         try:
             while (job := dispatcher.next_job(limit, len(made) + len(started))) is not None:
-                # What the store does on the way to the next one (a cron firing, say) is no
-                # follow-up of the attempt just started.
-                self._store.delivering = None
                 limit = self._store.clock.now_ms  # the rest of the round: this instant only
                 if job.request is None:
                     made.append(dispatcher.finish(job.attempt))
@@ -137,9 +134,7 @@ class ServerDeliveries:
         loop = asyncio.get_running_loop()
         started: list[asyncio.Task[Delivery | None]] = []
         try:
-            self._store.delivering = None  # a cron firing on the way is nobody's follow-up
             while (job := dispatcher.next_job(self._store.clock.now_ms, 0)) is not None:
-                self._store.delivering = None
                 if job.request is None:
                     dispatcher.finish(job.attempt)
                     continue
@@ -232,7 +227,7 @@ class ServerDeliveries:
             if not job.message.from_schedule:
                 chosen = job.message
                 break
-        self._store.delivering = chosen
+        self._dispatcher.cause = chosen
 
 
 def _uncancelled(task: asyncio.Task[Any]) -> bool:

@@ -23,8 +23,7 @@ from typing import Any, Generic, TypeVar
 import httpx
 
 from ..state.flow_control import FlowKey
-from ..state.invocations import Invoker
-from ..state.models import ApiCall, Delivery, DlqEntry, Event, FlowControl, Message, Waiter
+from ..state.models import ApiCall, Delivery, DlqEntry, Event, FlowControl, Invoker, Message, Waiter
 from ..state.options import MessageOptions
 from ..state.queues import Queue
 from ..state.retry import RetryDelayExpression
@@ -306,35 +305,53 @@ DELIVERY = Model(
     left_out=["exception"],
 )
 
+MESSAGE_OPTIONS = Model(
+    MessageOptions,
+    "message options",
+    [
+        Wire("method"),
+        Wire("headers", HEADERS),
+        Wire("delay_ms"),
+        Wire("not_before_ms"),
+        Wire("retries"),
+        Wire("retry_delay", _RetryDelay()),
+        Wire("timeout_ms"),
+        Wire("callback"),
+        Wire("failure_callback"),
+        Wire("callback_headers", HEADERS),
+        Wire("failure_callback_headers", HEADERS),
+        Wire("deduplication_id"),
+        Wire("content_based_deduplication"),
+        Wire("label"),
+        Wire("redact", _Tuple()),
+        Wire("flow_control", Nested(FLOW_CONTROL)),
+        Wire("cron"),
+        Wire("schedule_id"),
+        Wire("queue"),
+        Wire("workflow_headers"),
+    ],
+    # What callbacks of a message are published with, and which options a publish named:
+    # the engine's own bookkeeping, read by nothing a record offers.
+    left_out=["callback_options", "failure_callback_options", "given"],
+)
+
 MESSAGE = Model(
     Message,
     "message",
     [
         Wire("message_id"),
         Wire("url"),
-        Wire("method"),
-        Wire("headers", HEADERS),
         Wire("body", TEXT, "content"),
         Wire("created_at", MILLIS, "created_ms"),
         Wire("not_before", MILLIS, "not_before_ms"),
         Wire("max_retries"),
+        Wire("options", Nested(MESSAGE_OPTIONS)),
         Wire("state"),
         Wire("retried"),
         Wire("queue"),
         Wire("url_group"),
         Wire("endpoint_name"),
         Wire("schedule_id"),
-        Wire("label"),
-        Wire("deduplication_id"),
-        Wire("content_based_deduplication"),
-        Wire("retry_delay"),
-        Wire("timeout_ms"),
-        Wire("callback"),
-        Wire("failure_callback"),
-        Wire("callback_headers", HEADERS),
-        Wire("failure_callback_headers", HEADERS),
-        Wire("flow_control", Nested(FLOW_CONTROL)),
-        Wire("redact", _Tuple()),
         Wire("caller_ip"),
         Wire("callback_for"),
         Wire("is_failure_callback"),
@@ -345,7 +362,25 @@ MESSAGE = Model(
         Wire("retried_from"),
     ],
     # ``labels``: split as the QStash API shows them, and as a run's are.
-    [Derived("content_type"), Derived("done"), Derived("labels", _Tuple())],
+    [
+        Derived("content_type"),
+        Derived("done"),
+        Derived("labels", _Tuple()),
+        # What the message was published with, at the top level too, as before ``options``.
+        Derived("method"),
+        Derived("headers", HEADERS),
+        Derived("label"),
+        Derived("deduplication_id"),
+        Derived("content_based_deduplication"),
+        Derived("retry_delay"),
+        Derived("timeout_ms"),
+        Derived("callback"),
+        Derived("failure_callback"),
+        Derived("callback_headers", HEADERS),
+        Derived("failure_callback_headers", HEADERS),
+        Derived("flow_control", Nested(FLOW_CONTROL)),
+        Derived("redact", _Tuple()),
+    ],
 )
 
 DLQ_ENTRY = Model(
@@ -386,32 +421,6 @@ EVENT = Model(
     ],
 )
 
-MESSAGE_OPTIONS = Model(
-    MessageOptions,
-    "message options",
-    [
-        Wire("method"),
-        Wire("headers", HEADERS),
-        Wire("delay_ms"),
-        Wire("not_before_ms"),
-        Wire("retries"),
-        Wire("retry_delay", _RetryDelay()),
-        Wire("timeout_ms"),
-        Wire("callback"),
-        Wire("failure_callback"),
-        Wire("callback_headers", HEADERS),
-        Wire("failure_callback_headers", HEADERS),
-        Wire("deduplication_id"),
-        Wire("content_based_deduplication"),
-        Wire("label"),
-        Wire("redact", _Tuple()),
-        Wire("flow_control", Nested(FLOW_CONTROL)),
-        Wire("cron"),
-        Wire("schedule_id"),
-        Wire("queue"),
-        Wire("workflow_headers"),
-    ],
-)
 
 SCHEDULE = Model(
     Schedule,
@@ -505,6 +514,8 @@ WAITER = Model(
         Wire("step"),
         Wire("waiter_id"),
         Wire("generation"),
+        Wire("options", Nested(MESSAGE_OPTIONS)),
+        Wire("timeout_options", Nested(MESSAGE_OPTIONS)),
     ],
     [Derived("step_name"), Derived("step_type")],
 )
@@ -536,6 +547,7 @@ INVOKER = Model(
         Wire("created_at", MILLIS, "created_ms"),
         Wire("step"),
         Wire("headers"),
+        Wire("options", Nested(MESSAGE_OPTIONS)),
     ],
 )
 
@@ -543,14 +555,17 @@ RUN_SETTINGS = Model(
     RunSettings,
     "run settings",
     [
-        Wire("retries"),
-        Wire("retry_delay", _RetryDelay()),
-        Wire("timeout_ms"),
-        Wire("failure_callback"),
-        Wire("failure_callback_headers", HEADERS),
-        Wire("label"),
-        Wire("flow_control", Nested(FLOW_CONTROL)),
+        Wire("options", Nested(MESSAGE_OPTIONS)),
         Wire("run_wide"),
+    ],
+    [
+        Derived("retries"),
+        Derived("retry_delay", _RetryDelay()),
+        Derived("timeout_ms"),
+        Derived("failure_callback"),
+        Derived("failure_callback_headers", HEADERS),
+        Derived("label"),
+        Derived("flow_control", Nested(FLOW_CONTROL)),
     ],
 )
 

@@ -8,8 +8,8 @@ import base64
 import json
 from typing import Any
 
-from .models import Delivery, DlqEntry, Message
-from .options import MessageOptions, derived_options, header_lists, parse_options
+from .models import Delivery, DlqEntry, Message, MessageOptions
+from .options import header_lists
 from .workflows import WorkflowRuns
 
 
@@ -54,10 +54,7 @@ def callback_payload(
 
 def callback_options(source: Message, *, failure: bool) -> MessageOptions:
     """The callback message's options, from the source's prefixed callback headers."""
-    if failure:
-        headers = derived_options(source.failure_callback_headers, "upstash-failure-callback-")
-    else:
-        headers = derived_options(source.callback_headers, "upstash-callback-")
-    opts = parse_options(headers)
+    given = source.options.failure_callback_options if failure else source.options.callback_options
+    opts = given.copy() if given is not None else MessageOptions()
     opts.headers["Content-Type"] = opts.headers.get("Content-Type", "application/json")
     return opts

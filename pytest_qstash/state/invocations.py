@@ -14,40 +14,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from typing import Any
 
-from .models import Message, ms_to_datetime
-from .options import InvalidOption, parse_options
-
-if TYPE_CHECKING:
-    from .store import Store
-    from .workflows import WorkflowRun
+from .deliverable import Undeliverable, checked_url
+from .models import Invoker, MessageOptions
+from .options import InvalidOption
+from .workflows import WorkflowRun
 
 _INVOKE = "upstash-workflow-invoke"
 _INIT = "upstash-workflow-init"
-
-
-@dataclass(eq=False, slots=True)
-class Invoker:
-    """The run whose ``context.invoke`` started a run, and how to resume it."""
-
-    run_id: str
-    url: str
-    created_ms: int | None
-    #: The invoke step as the SDK sent it (``stepId``, ``stepName``, ``stepType: Invoke``).
-    step: dict[str, Any] = field(repr=False)
-    #: The publish headers of the step that resumes the invoker.
-    headers: dict[str, str] = field(repr=False)
-
-    @property
-    def created_at(self) -> datetime | None:
-        return None if self.created_ms is None else ms_to_datetime(self.created_ms)
-
-    def __repr__(self) -> str:
-        return f"<Invoker {self.run_id} {self.url} step={self.step.get('stepName')!r}>"
 
 
 def unwrap(workflow_headers: Mapping[str, str], content: bytes) -> tuple[bytes, Invoker | None]:
@@ -75,12 +50,10 @@ def unwrap(workflow_headers: Mapping[str, str], content: bytes) -> tuple[bytes, 
     created = envelope.get("workflowRunCreatedAt")
     step = envelope.get("step")
     url = envelope.get("workflowUrl")
-    if not (
-        isinstance(url, str) and url.startswith(("http://", "https://")) and urlsplit(url).hostname
-    ):
-        raise InvalidOption(
-            f"invalid invoke: the invoker's workflowUrl {url!r} is not an http(s) URL"
-        )
+    try:
+        url = checked_url(url, "invoke: the invoker's workflowUrl")
+    except Undeliverable as exc:
+        raise InvalidOption(str(exc)) from None
     invoker = Invoker(
         run_id=envelope["workflowRunId"],
         url=url,
@@ -88,19 +61,16 @@ def unwrap(workflow_headers: Mapping[str, str], content: bytes) -> tuple[bytes, 
         step=dict(step) if isinstance(step, dict) else {},
         headers=_single_values(envelope.get("headers")),
     )
-    parse_options(invoker.headers)  # what resumes the invoker must be publishable: now, or 400
     return inner, invoker
 
 
-def report(store: Store, run: WorkflowRun) -> Message | None:
-    """``run`` ended: when another run invoked it, publish the invoke step back into that
-    run with the outcome (a run that ended since takes nothing)."""
+def outcome_step(run: WorkflowRun, failure_body: str | None) -> tuple[str, bytes, MessageOptions]:
+    """The invoke step that reports ``run``'s end to its invoker: where it goes, its body
+    (the step with ``out`` the outcome) and what it is published with. ``failure_body`` is
+    what the failed run's last attempt answered."""
     invoker = run.invoker
-    if invoker is None or run.state == "RUN_STARTED" or not invoker.url:
-        return None
-    target = store.workflows.get(invoker.run_id)
-    if target is None or not target.active:
-        return None
+    assert invoker is not None
+    assert invoker.options is not None
     result: dict[str, Any] = {
         "isFailed": run.state == "RUN_FAILED",
         "isCanceled": run.state == "RUN_CANCELED",
@@ -108,25 +78,9 @@ def report(store: Store, run: WorkflowRun) -> Message | None:
     if run.state == "RUN_SUCCESS" and run.response is not None:
         result["body"] = run.response
     elif run.state == "RUN_FAILED":
-        result["body"] = _failure_body(store, run)
+        result["body"] = failure_body
     step = {**invoker.step, "out": json.dumps(result)}
-    headers = dict(invoker.headers)
-    for name in [k for k in headers if k.lower() in (_INIT, "upstash-workflow-calltype")]:
-        del headers[name]
-    headers.update(
-        {
-            "Upstash-Workflow-Init": "false",
-            "Upstash-Workflow-CallType": "step",
-            "Upstash-Workflow-RunId": invoker.run_id,
-        }
-    )
-    published, _ = store.publish(invoker.url, json.dumps(step).encode(), parse_options(headers))
-    return published[0].message
-
-
-def _failure_body(store: Store, run: WorkflowRun) -> str | None:
-    entry = store.dlq.get(run.dlq_id) if run.dlq_id else None
-    return None if entry is None else entry.response_body
+    return invoker.url, json.dumps(step).encode(), invoker.options.copy()
 
 
 def _single_values(value: Any) -> dict[str, str]:

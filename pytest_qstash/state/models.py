@@ -7,11 +7,13 @@ Times are stored as integer milliseconds since the epoch (exact, cheap to compar
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
 import httpx
+
+from .retry import RetryDelayExpression
 
 MessageState = Literal[
     "CREATED", "ACTIVE", "RETRY", "ERROR", "DELIVERED", "FAILED", "CANCEL_REQUESTED", "CANCELED"
@@ -54,6 +56,101 @@ class FlowControl:
 #: entry): its first MiB. QStash documents no bound for what its logs keep; its callbacks carry
 #: the answer cut to the plan's largest message, the smallest of which is 1 MiB.
 KEPT_RESPONSE_BYTES = 1024 * 1024
+
+
+@dataclass(slots=True)
+class MessageOptions:
+    """What a publish asks for: the one description of a message to create. The API reads it
+    from a request's ``Upstash-*`` headers (``options.parse_options``); everything the engine
+    publishes itself (callbacks, a wait's or an invoke's step, a retried dead letter, a
+    trigger) builds one directly."""
+
+    method: str = "POST"
+    headers: httpx.Headers = field(default_factory=httpx.Headers)
+    delay_ms: int | None = None
+    not_before_ms: int | None = None
+    retries: int | None = None
+    retry_delay: RetryDelayExpression | None = None
+    timeout_ms: int | None = None
+    callback: str | None = None
+    failure_callback: str | None = None
+    callback_headers: httpx.Headers | None = None
+    failure_callback_headers: httpx.Headers | None = None
+    #: What the callback messages are published with (``Upstash-Callback-Retries`` is the
+    #: callback's ``retries``, ...): read from the prefixed headers with the rest.
+    callback_options: MessageOptions | None = None
+    failure_callback_options: MessageOptions | None = None
+    deduplication_id: str | None = None
+    content_based_deduplication: bool = False
+    label: str | None = None
+    redact: tuple[str, ...] = ()
+    flow_control: FlowControl | None = None
+    #: Options only schedules read.
+    cron: str | None = None
+    schedule_id: str | None = None
+    queue: str | None = None
+    #: The Upstash Workflow protocol headers (``Upstash-Workflow-*``, lower-cased names),
+    #: which tie a message to a run (see ``state/workflows.py``).
+    workflow_headers: dict[str, str] = field(default_factory=dict)
+    #: The fields the publish named (a DLQ retry's overrides replace only those).
+    given: set[str] = field(default_factory=set, repr=False)
+
+    def copy(self) -> MessageOptions:
+        """An independent copy: publishing it twice creates two messages with their own
+        headers."""
+        return replace(
+            self,
+            headers=httpx.Headers(self.headers),
+            workflow_headers=dict(self.workflow_headers),
+            given=set(self.given),
+        )
+
+    def due_ms(self, now_ms: int) -> int:
+        """When a message published at ``now_ms`` with these options is first due: its
+        ``Upstash-Not-Before``, else ``now_ms`` plus its delay."""
+        if self.not_before_ms is not None:
+            return self.not_before_ms
+        return now_ms + (self.delay_ms or 0)
+
+    def republished(self) -> MessageOptions:
+        """A copy for publishing the same message again (a dead letter retried, a workflow
+        step resumed): what it was sent with, less when it was due, its deduplication and
+        what tied it to a schedule, a queue or a workflow run (the caller says those)."""
+        out = self.copy()
+        out.delay_ms = out.not_before_ms = None
+        out.deduplication_id, out.content_based_deduplication = None, False
+        out.cron = out.schedule_id = out.queue = None
+        out.workflow_headers = {}
+        out.given = set()
+        return out
+
+    def overridden(self, given: MessageOptions) -> MessageOptions:
+        """A copy with what ``given`` names (its ``given`` fields) in place of its own: a
+        forwarded header replaces the one of that name, a flow-control key alone keeps the
+        limits, callback options are overridden the same way."""
+        out = self.copy()
+        for name in given.given:
+            if name == "headers":
+                for key in given.headers:
+                    out.headers[key] = given.headers[key]
+            elif name == "flow_control_key":
+                fc, limits = given.flow_control, out.flow_control
+                assert fc is not None
+                if "flow_control_value" not in given.given and limits is not None:
+                    fc = FlowControl(fc.key, limits.parallelism, limits.rate, limits.period)
+                out.flow_control = fc
+            elif name in ("callback_options", "failure_callback_options"):
+                mine, theirs = getattr(out, name), getattr(given, name)
+                setattr(out, name, theirs if mine is None else mine.overridden(theirs))
+            elif name in ("callback_headers", "failure_callback_headers"):
+                mine, theirs = getattr(out, name), getattr(given, name)
+                merged = httpx.Headers(mine)
+                for key in theirs:
+                    merged[key] = theirs[key]
+                setattr(out, name, merged)
+            elif name != "flow_control_value":
+                setattr(out, name, getattr(given, name))
+        return out
 
 
 @dataclass(eq=False, slots=True)
@@ -126,31 +223,18 @@ class Message:
 
     message_id: str
     url: str
-    method: str
-    #: Headers delivered with the message: Content-Type and the forwarded headers, prefix stripped.
-    headers: httpx.Headers
     content: bytes
     created_ms: int
     not_before_ms: int
     max_retries: int
+    #: What it was published with; ``method``, ``headers``, ``label``, ``callback``... read it.
+    options: MessageOptions = field(default_factory=MessageOptions, repr=False)
     state: MessageState = "CREATED"
     retried: int = 0
     queue: str | None = None
     url_group: str | None = None
     endpoint_name: str | None = None
     schedule_id: str | None = None
-    label: str | None = None
-    deduplication_id: str | None = None
-    content_based_deduplication: bool = False
-    retry_delay: str | None = None
-    timeout_ms: int | None = None
-    callback: str | None = None
-    failure_callback: str | None = None
-    #: Raw ``Upstash-Callback-*`` / ``Upstash-Failure-Callback-*`` headers, prefix kept.
-    callback_headers: httpx.Headers | None = None
-    failure_callback_headers: httpx.Headers | None = None
-    flow_control: FlowControl | None = None
-    redact: tuple[str, ...] = ()
     caller_ip: str = "127.0.0.1"
     #: When this message is a (failure) callback: the id of the message it reports on.
     callback_for: str | None = None
@@ -187,6 +271,65 @@ class Message:
     def content_type(self) -> str | None:
         value: str | None = self.headers.get("content-type")
         return value
+
+    # -- what it was published with (its options) ------------------------------------------
+    @property
+    def method(self) -> str:
+        return self.options.method
+
+    @property
+    def headers(self) -> httpx.Headers:
+        """Headers delivered with the message: Content-Type and the forwarded headers,
+        prefix stripped."""
+        return self.options.headers
+
+    @property
+    def label(self) -> str | None:
+        return self.options.label
+
+    @property
+    def deduplication_id(self) -> str | None:
+        return self.options.deduplication_id
+
+    @property
+    def content_based_deduplication(self) -> bool:
+        return self.options.content_based_deduplication
+
+    @property
+    def retry_delay(self) -> str | None:
+        """The ``Upstash-Retry-Delay`` expression as given."""
+        expression = self.options.retry_delay
+        return None if expression is None else expression.text
+
+    @property
+    def timeout_ms(self) -> int | None:
+        return self.options.timeout_ms
+
+    @property
+    def callback(self) -> str | None:
+        return self.options.callback
+
+    @property
+    def failure_callback(self) -> str | None:
+        return self.options.failure_callback
+
+    @property
+    def callback_headers(self) -> httpx.Headers | None:
+        """Raw ``Upstash-Callback-*`` headers, prefix kept."""
+        return self.options.callback_headers
+
+    @property
+    def failure_callback_headers(self) -> httpx.Headers | None:
+        """Raw ``Upstash-Failure-Callback-*`` headers, prefix kept."""
+        return self.options.failure_callback_headers
+
+    @property
+    def flow_control(self) -> FlowControl | None:
+        return self.options.flow_control
+
+    @property
+    def redact(self) -> tuple[str, ...]:
+        return self.options.redact
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -366,6 +509,10 @@ class Waiter:
     timeout_body: str | None
     #: The wait step as the SDK sent it (``stepId``, ``stepName``, ``stepType``, ...).
     step: dict[str, Any] = field(repr=False)
+    #: The step's publish back into the run when notified, and when timed out (to
+    #: ``timeout_url``, with ``timeout_headers`` forwarded).
+    options: MessageOptions = field(repr=False)
+    timeout_options: MessageOptions = field(repr=False)
     #: The fake's own id of this wait (what its timeout is planned under).
     waiter_id: str = ""
     #: Which clock event is this waiter's timeout: a stale one (notified since) is skipped.
@@ -394,3 +541,26 @@ class Waiter:
             f"<Waiter {self.event_id!r} run={self.run_id} step={self.step_name!r} "
             f"deadline={self.deadline.isoformat()}>"
         )
+
+
+@dataclass(eq=False, slots=True)
+class Invoker:
+    """The run whose ``context.invoke`` started a run, and how to resume it."""
+
+    run_id: str
+    url: str
+    created_ms: int | None
+    #: The invoke step as the SDK sent it (``stepId``, ``stepName``, ``stepType: Invoke``).
+    step: dict[str, Any] = field(repr=False)
+    #: The publish headers of the step that resumes the invoker.
+    headers: dict[str, str] = field(repr=False)
+    #: What resumes the invoker: the invoke step's publish into its run (read from
+    #: ``headers`` by the API when the invoke is published).
+    options: MessageOptions | None = field(default=None, repr=False)
+
+    @property
+    def created_at(self) -> datetime | None:
+        return None if self.created_ms is None else ms_to_datetime(self.created_ms)
+
+    def __repr__(self) -> str:
+        return f"<Invoker {self.run_id} {self.url} step={self.step.get('stepName')!r}>"

@@ -10,7 +10,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 _MB = 1024 * 1024
-_DAY_MS = 24 * 60 * 60 * 1000
+#: A day, the span of the daily message quota (a UTC day).
+DAY_MS = 24 * 60 * 60 * 1000
+
+
+class DailyQuotaExceeded(Exception):
+    """Publishing would exceed the plan's messages a day: none of them is created."""
+
+    def __init__(self, plan: str, limit: int, used: int, reset_ms: int) -> None:
+        super().__init__(
+            f"daily message limit of the {plan} plan exceeded ({limit} messages a day)"
+        )
+        self.limit = limit
+        self.used = used
+        #: When the next day starts and the quota is whole again.
+        self.reset_ms = reset_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,9 +50,9 @@ class Plan:
     #: The highest parallelism a queue may be given.
     queue_parallelism: int
     #: How long log entries (and finished messages, runs, deliveries) are kept.
-    log_retention_ms: int = 14 * _DAY_MS
+    log_retention_ms: int = 14 * DAY_MS
     #: How long a DLQ entry is kept.
-    dlq_retention_ms: int = 90 * _DAY_MS
+    dlq_retention_ms: int = 90 * DAY_MS
 
 
 PLANS: dict[str, Plan] = {
@@ -47,7 +61,7 @@ PLANS: dict[str, Plan] = {
         Plan(
             "free",
             _MB,
-            7 * _DAY_MS,
+            7 * DAY_MS,
             3,
             15 * 60_000,
             1_000,
@@ -56,13 +70,13 @@ PLANS: dict[str, Plan] = {
             10,
             10,
             2,
-            log_retention_ms=3 * _DAY_MS,
-            dlq_retention_ms=3 * _DAY_MS,
+            log_retention_ms=3 * DAY_MS,
+            dlq_retention_ms=3 * DAY_MS,
         ),
         Plan(
             "pay_as_you_go",
             10 * _MB,
-            365 * _DAY_MS,
+            365 * DAY_MS,
             5,
             2 * 3_600_000,
             None,
@@ -71,8 +85,8 @@ PLANS: dict[str, Plan] = {
             100,
             100,
             10,
-            log_retention_ms=7 * _DAY_MS,
-            dlq_retention_ms=7 * _DAY_MS,
+            log_retention_ms=7 * DAY_MS,
+            dlq_retention_ms=7 * DAY_MS,
         ),
         Plan(
             "fixed_1m",
@@ -86,8 +100,8 @@ PLANS: dict[str, Plan] = {
             200,
             1_000,
             10,
-            log_retention_ms=14 * _DAY_MS,
-            dlq_retention_ms=30 * _DAY_MS,
+            log_retention_ms=14 * DAY_MS,
+            dlq_retention_ms=30 * DAY_MS,
         ),
         Plan(
             "fixed_10m",
@@ -101,9 +115,9 @@ PLANS: dict[str, Plan] = {
             1_000,
             1_000,
             10,
-            log_retention_ms=14 * _DAY_MS,
+            log_retention_ms=14 * DAY_MS,
             # "3 months": counted as 90 days.
-            dlq_retention_ms=90 * _DAY_MS,
+            dlq_retention_ms=90 * DAY_MS,
         ),
     )
 }

@@ -398,6 +398,10 @@ class RetryDelayExpression:
         """The expression exactly as given (not stripped or normalised)."""
         return self._text
 
+    def __reduce__(self) -> tuple[type[RetryDelayExpression], tuple[str]]:
+        # Kept as its text: the compiled form is closures, which pickle cannot write.
+        return (RetryDelayExpression, (self._text,))
+
     def delay_ms(self, retried: int) -> int:
         """Milliseconds to wait before the next retry, ``retried`` retries having been done.
 

@@ -10,13 +10,12 @@ feature set: they are what the logs, the workflow DLQ and bulk cancel filter on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import httpx
 
-from .models import FlowControl, split_labels
-from .options import MessageOptions, parse_options
+from .models import FlowControl, MessageOptions, split_labels
 from .retry import RetryDelayExpression
 
 #: The feature a workflow client sends when its trigger's configuration is the run's.
@@ -24,17 +23,25 @@ TRIGGER_ON_CONFIG = "WF_TriggerOnConfig"
 FEATURE_SET = "upstash-feature-set"
 
 
+#: The options a run's later steps inherit from its trigger.
+INHERITED = (
+    "retries",
+    "retry_delay",
+    "timeout_ms",
+    "failure_callback",
+    "failure_callback_headers",
+    "failure_callback_options",
+    "label",
+    "flow_control",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class RunSettings:
-    """What a run's later steps inherit (None: not set at trigger)."""
+    """What a run's later steps inherit (None: not set at trigger): the ``INHERITED``
+    fields of ``options``, the options its trigger was published with."""
 
-    retries: int | None = None
-    retry_delay: RetryDelayExpression | None = None
-    timeout_ms: int | None = None
-    failure_callback: str | None = None
-    failure_callback_headers: httpx.Headers | None = None
-    label: str | None = None
-    flow_control: FlowControl | None = None
+    options: MessageOptions = field(default_factory=MessageOptions)
     #: Whether later steps inherit these (the init announced ``WF_TriggerOnConfig``).
     run_wide: bool = False
 
@@ -43,15 +50,41 @@ class RunSettings:
         """The settings an init publish gives its run."""
         features = opts.workflow_headers.get(FEATURE_SET, "")
         return cls(
-            retries=opts.retries,
-            retry_delay=opts.retry_delay,
-            timeout_ms=opts.timeout_ms,
-            failure_callback=opts.failure_callback,
-            failure_callback_headers=opts.failure_callback_headers,
-            label=opts.label,
-            flow_control=opts.flow_control,
+            opts.copy(),
             run_wide=TRIGGER_ON_CONFIG in (part.strip() for part in features.split(",")),
         )
+
+    @property
+    def retries(self) -> int | None:
+        return self.options.retries
+
+    @property
+    def retry_delay(self) -> RetryDelayExpression | None:
+        return self.options.retry_delay
+
+    @property
+    def timeout_ms(self) -> int | None:
+        return self.options.timeout_ms
+
+    @property
+    def failure_callback(self) -> str | None:
+        return self.options.failure_callback
+
+    @property
+    def failure_callback_headers(self) -> httpx.Headers | None:
+        return self.options.failure_callback_headers
+
+    @property
+    def failure_callback_options(self) -> MessageOptions | None:
+        return self.options.failure_callback_options
+
+    @property
+    def label(self) -> str | None:
+        return self.options.label
+
+    @property
+    def flow_control(self) -> FlowControl | None:
+        return self.options.flow_control
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -61,6 +94,15 @@ class RunSettings:
     def flow_control_key(self) -> str | None:
         fc = self.flow_control
         return fc.key if fc is not None and fc.key else None
+
+    def with_options(self, **changes: Any) -> RunSettings:
+        """These settings with some of the inherited options changed."""
+        opts = self.options.copy()
+        for name, value in changes.items():
+            if name not in INHERITED:
+                raise ValueError(f"{name!r} is no option a run's steps inherit")
+            setattr(opts, name, value)
+        return replace(self, options=opts)
 
     def fill(self, opts: MessageOptions) -> None:
         """Give a later step of the run what it does not set itself (its own options win)."""
@@ -75,24 +117,22 @@ class RunSettings:
         if opts.failure_callback is None and self.failure_callback is not None:
             opts.failure_callback = self.failure_callback
             opts.failure_callback_headers = self.failure_callback_headers
+            opts.failure_callback_options = self.failure_callback_options
         if opts.label is None:
             opts.label = self.label
         if opts.flow_control is None:
             opts.flow_control = self.flow_control
 
-    def overridden(self, headers: Mapping[str, str]) -> RunSettings:
-        """These settings with a resume's or restart's ``Upstash-*`` overrides (``Upstash-
-        Retries``, ``-Retry-Delay``, ``-Flow-Control-*``, ``-Label``, ``-Failure-Callback``).
-        Raises ``InvalidOption`` for a bad value."""
-        given = parse_options(headers)
-        changed = replace(
-            self,
-            # Overrides are for the remaining steps: they hold run-wide whatever the trigger.
-            run_wide=self.run_wide or bool(headers),
+    def overridden(self, given: MessageOptions, *, run_wide: bool) -> RunSettings:
+        """These settings with a resume's or restart's overrides (retries, retry delay, flow
+        control, label, failure callback: what ``given`` sets). ``run_wide``: whether the
+        request named any option; overrides are for the remaining steps, so they then hold
+        run-wide whatever the trigger said."""
+        changed = self.with_options(
             retries=self.retries if given.retries is None else given.retries,
             retry_delay=given.retry_delay or self.retry_delay,
             label=given.label or self.label,
             flow_control=given.flow_control or self.flow_control,
             failure_callback=given.failure_callback or self.failure_callback,
         )
-        return changed
+        return replace(changed, run_wide=self.run_wide or run_wide)

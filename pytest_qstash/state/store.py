@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import islice
+from typing import Any
 
 import httpx
 
@@ -24,28 +25,28 @@ from .attempts import (
     timeout_error,
 )
 from .callbacks import callback_options, callback_payload
-from .clock import DueEvent, VirtualClock
+from .clock import VirtualClock
 from .dedup import DEFAULT_DEDUP_WINDOW_MS, Deduplication, dedup_key
+from .deliverable import is_url
 from .dlq import DeadLetters
 from .flow_control import FlowKey, FlowKeys
 from .ids import IdGenerator
-from .invocations import report as report_invocation
-from .models import KEPT_RESPONSE_BYTES, Delivery, DlqEntry, Event, Message, MessageState
-from .options import MessageOptions, parse_options
-from .plans import DEFAULT_PLAN, PLANS, Plan
+from .invocations import outcome_step
+from .models import KEPT_RESPONSE_BYTES, Delivery, DlqEntry, Event, Message, MessageState, Waiter
+from .options import MessageOptions
+from .plans import DAY_MS, DEFAULT_PLAN, PLANS, DailyQuotaExceeded, Plan
 from .queues import Queue, Queues
 from .rejections import RejectedCalls
 from .retention import Retention, Trail
 from .retry import (
     DEFAULT_RETRIES,
     InvalidRetryDelay,
-    RetryDelayExpression,
     default_backoff_ms,
     next_retry_delay_ms,
 )
 from .schedules import Schedule, Schedules
 from .url_groups import UnknownDestination, UrlGroup
-from .waiters import Waiters, time_out
+from .waiters import Waiters, new_waiter, resume_step
 from .workflows import WorkflowRun, WorkflowRuns
 
 __all__ = [
@@ -92,9 +93,6 @@ class Store:
         self.queues = Queues()
         self.flow_keys = FlowKeys()
         self._generation: dict[str, int] = {}
-        #: The message whose delivery is running: what it publishes is its cascade.
-        self.delivering: Message | None = None
-        self._expressions: dict[str, RetryDelayExpression] = {}
         #: Callback messages not finished yet, by the message they report on: a queued
         #: message keeps its slot until they are done, as on QStash.
         self._callbacks_pending: dict[str, set[str]] = {}
@@ -150,42 +148,32 @@ class Store:
         schedule_id: str | None = None,
         callback_for: str | None = None,
         max_retries: int | None = None,
+        cause: Message | None = None,
     ) -> Message:
+        """A new message, due when ``opts`` say. The message keeps ``opts`` (a run's later
+        step fills in its run's settings there): options another message or a schedule holds
+        are copied first. ``cause``: the message whose delivery (or attempt, for a callback)
+        published it, if any: what the loop guard and ``drain`` follow."""
         now = self.clock.now_ms
         if opts.workflow_headers:
             self.workflows.inherit(opts)  # a later step takes its run's trigger settings
-        if opts.not_before_ms is not None:
-            not_before = opts.not_before_ms
-        else:
-            not_before = now + (opts.delay_ms or 0)
+        not_before = opts.due_ms(now)
         retries = opts.retries if opts.retries is not None else max_retries
         message = Message(
             message_id=self.ids.message_id(),
             url=url,
-            method=opts.method,
-            headers=opts.headers,
             content=content,
             created_ms=now,
             not_before_ms=not_before,
             max_retries=self.default_retries if retries is None else retries,
+            options=opts,
             queue=queue,
             url_group=url_group,
             endpoint_name=endpoint_name,
             schedule_id=schedule_id,
-            label=opts.label,
-            deduplication_id=opts.deduplication_id,
-            content_based_deduplication=opts.content_based_deduplication,
-            retry_delay=opts.retry_delay.text if opts.retry_delay else None,
-            timeout_ms=opts.timeout_ms,
-            callback=opts.callback,
-            failure_callback=opts.failure_callback,
-            callback_headers=opts.callback_headers,
-            failure_callback_headers=opts.failure_callback_headers,
-            flow_control=opts.flow_control,
-            redact=opts.redact,
             callback_for=callback_for,
         )
-        parent = self.delivering
+        parent = cause
         if parent is not None and not_before <= now:
             message.cascade_depth = parent.cascade_depth + 1
         message.from_schedule = schedule_id is not None or (
@@ -214,17 +202,27 @@ class Store:
         *,
         queue: str | None = None,
         schedule_id: str | None = None,
+        cause: Message | None = None,
     ) -> tuple[list[Published], bool]:
         """Publish to a URL, or fan out to every endpoint of a URL group (one message each,
-        each deduplicated on its own). Returns what was published and whether it was a group."""
-        if destination.startswith(("http://", "https://")):
-            return [self._publish_one(destination, content, opts, queue, schedule_id)], False
+        each deduplicated on its own). Returns what was published and whether it was a group.
+        ``cause``: the message whose delivery published this (``create_message``)."""
+        if is_url(destination):
+            one = self._publish_one(destination, content, opts, queue, schedule_id, cause=cause)
+            return [one], False
         group = self.url_groups.get(destination)
         if group is None or not group.endpoints:
             raise UnknownDestination(destination)
         return [
             self._publish_one(
-                endpoint.url, content, opts, queue, schedule_id, group.name, endpoint.name
+                endpoint.url,
+                content,
+                opts,
+                queue,
+                schedule_id,
+                group.name,
+                endpoint.name,
+                cause=cause,
             )
             for endpoint in group.endpoints
         ], True
@@ -238,6 +236,8 @@ class Store:
         schedule_id: str | None,
         url_group: str | None = None,
         endpoint_name: str | None = None,
+        *,
+        cause: Message | None,
     ) -> Published:
         key = dedup_key(url, content, opts)
         if key is not None and url_group is not None:
@@ -257,6 +257,7 @@ class Store:
             url_group=url_group,
             endpoint_name=endpoint_name,
             schedule_id=schedule_id,
+            cause=cause,
         )
         self.dedup.remember(key, message.message_id, self.clock.now_ms)
         return Published(message, False, endpoint_url)
@@ -269,33 +270,9 @@ class Store:
             return None
         return message
 
-    def pop_work(self, until_ms: int) -> Message | Attempt | None:
-        """Move the clock to what is due next, up to ``until_ms``: a message whose attempt may
-        start now, or an attempt in flight that ends now. Cron firings and flow-control wakes
-        are handled on the way; stale events (a message cancelled or moved on, an attempt cut
-        short) and messages their queue, key or the global parallelism hold are skipped."""
-        while (event := self.clock.pop_due(until_ms)) is not None:
-            kind = event.kind
-            if kind == "end":
-                attempt = self.attempt_due(event.target, event.generation)
-                if attempt is not None:
-                    return attempt
-            elif kind == "cron":
-                self.fire_schedule(event.target, event.generation)
-            elif kind == "flow":
-                self.wake_flow(event.target)
-            elif kind == "wait":
-                time_out(self, event.target, event.generation)
-            else:
-                message = self.live_message(event.target, event.generation)
-                if message is not None and self.may_start(message):
-                    return message
-        return None
-
     def start_attempt(self, message: Message) -> Attempt:
         """An attempt starts now: the message is ACTIVE until the attempt ends. Until the app
-        has answered, what is published belongs to this message's cascade."""
-        self.delivering = message
+        has answered, what its app publishes is caused by it (the dispatcher says so)."""
         previous = message.state
         message.state = "ACTIVE"
         self._log(message, "ACTIVE")
@@ -316,7 +293,6 @@ class Store:
         ends now; otherwise it stays in flight until ``duration_ms`` after its start, or until
         its timeout cuts it (the answer is then discarded), and an end event is planned."""
         message = attempt.message
-        self.delivering = None
         if message.state == "CANCELED" or duration_ms <= 0:
             attempt.result, attempt.ends_ms = result, attempt.started_ms
             return True  # cancelled while being called: its answer is what it answered
@@ -406,17 +382,14 @@ class Store:
         url: str,
         dlq_entry: DlqEntry | None = None,
     ) -> None:
-        parent, self.delivering = self.delivering, source  # a callback continues the cascade
-        try:
-            callback = self.create_message(
-                url,
-                callback_payload(source, delivery, self.workflows, dlq_entry),
-                callback_options(source, failure=dlq_entry is not None),
-                callback_for=source.message_id,
-                max_retries=source.max_retries,
-            )
-        finally:
-            self.delivering = parent
+        callback = self.create_message(
+            url,
+            callback_payload(source, delivery, self.workflows, dlq_entry),
+            callback_options(source, failure=dlq_entry is not None),
+            callback_for=source.message_id,
+            max_retries=source.max_retries,
+            cause=source,  # a callback continues the cascade
+        )
         callback.is_failure_callback = dlq_entry is not None
 
     def _release_slots(self, attempt: Attempt) -> None:
@@ -436,7 +409,6 @@ class Store:
         """Put back an attempt that could not be made (nothing to deliver it to, or cut
         short); the log forgets the ACTIVE it was started with, as no attempt happened."""
         message = attempt.message
-        self.delivering = None
         message.state = attempt.previous_state
         for position in range(len(self.events) - 1, -1, -1):
             event = self.events[position]
@@ -467,7 +439,7 @@ class Store:
         try:
             delay = next_retry_delay_ms(
                 retried=message.retried,
-                expression=self._expression(message.retry_delay),
+                expression=message.options.retry_delay,
                 response_headers=result.headers,
                 now_ms=self.clock.now_ms,
             )
@@ -500,12 +472,31 @@ class Store:
         self._finished(message)
         return True
 
-    def published_on(self, day_start_ms: int) -> int:
-        day, count = self._published_day
-        return count if day == day_start_ms else 0
+    def count_daily(self, count: int) -> None:
+        """Count ``count`` messages the API publishes against the plan's daily quota (a UTC
+        day), or refuse them all (``DailyQuotaExceeded``) when they would exceed it. Only
+        what the API publishes counts: not retries, callbacks or schedule firings."""
+        limit = self.plan.messages_per_day
+        if limit is None:
+            return
+        now = self.clock.now_ms
+        day_start = now - now % DAY_MS
+        day, used = self._published_day
+        if day != day_start:
+            used = 0
+        if used + count > limit:
+            raise DailyQuotaExceeded(self.plan.name, limit, used, day_start + DAY_MS)
+        self._published_day = (day_start, used + count)
 
-    def count_published(self, day_start_ms: int, count: int) -> None:
-        self._published_day = (day_start_ms, self.published_on(day_start_ms) + count)
+    def end_refused_runs(self, run_ids: Iterable[str], reason: str) -> None:
+        """The API refused a step publish of these runs (``reason``): the SDK takes that
+        answer for a cancel and stops, so each active one ends RUN_FAILED, the reason kept,
+        and its messages still owed a delivery are cancelled."""
+        for run_id in run_ids:
+            run = self.workflows.get(run_id)
+            if run is not None and run.active:
+                for message in self.workflows.refuse_step(run, reason, self.clock.now_ms):
+                    self.cancel(message)
 
     def redeliver(self, message: Message) -> None:
         """Deliver a DELIVERED message again, as QStash's at-least-once delivery may: same
@@ -532,25 +523,28 @@ class Store:
         return (m for m in self.messages.values() if not m.done)
 
     # -- dead letters -----------------------------------------------------------------------
-    def retry_dlq_entry(self, dlq_id: str, overrides: Mapping[str, str] | None = None) -> Message:
+    def retry_dlq_entry(
+        self,
+        dlq_id: str,
+        overrides: MessageOptions | None = None,
+        *,
+        cause: Message | None = None,
+    ) -> Message:
         """Publish a dead letter again and drop its entry: a new message (new id, retries
         counted from zero) with the stored URL, body, headers and options.
 
-        ``overrides`` are ``Upstash-*`` publish headers that replace the stored option of the
-        same name (``{"Upstash-Retries": "0"}``, ``{"Upstash-Forward-X": "2"}``); other headers
-        are ignored. Raises ``KeyError`` for an unknown id and ``InvalidOption`` for a bad
-        override (the entry is then kept). Deduplication options are not carried over: the
-        retry would otherwise be deduplicated into the message that failed.
+        ``overrides`` replace the stored options they name (``given``: ``Upstash-Retries:
+        0``, ``Upstash-Forward-X: 2`` read by the API). Raises ``KeyError`` for an unknown
+        id. Deduplication options are not carried over: the retry would otherwise be
+        deduplicated into the message that failed.
         """
         entry = self.dlq[dlq_id]
         failed = entry.message
-        headers = _publish_headers(failed)
-        for name, value in (overrides or {}).items():
-            if name.lower().startswith("upstash-"):
-                headers[name.lower()] = value
-        opts = parse_options(headers)
-        opts.deduplication_id = None
-        opts.content_based_deduplication = False
+        opts = failed.options.republished()
+        opts.retries = failed.max_retries
+        if overrides is not None:
+            opts = opts.overridden(overrides)
+            opts.deduplication_id, opts.content_based_deduplication = None, False
         message = self.create_message(
             failed.url,
             failed.content,
@@ -560,6 +554,7 @@ class Store:
             endpoint_name=failed.endpoint_name,
             schedule_id=failed.schedule_id,
             callback_for=failed.callback_for,
+            cause=cause,
         )
         message.is_failure_callback = failed.is_failure_callback
         message.retried_from = failed.message_id
@@ -591,40 +586,6 @@ class Store:
             return True
         self._plan_wake(held_by)
         return False
-
-    def live_due_ms(self, event: DueEvent) -> int | None:
-        """When a pending clock event will do something, read without changing anything; None
-        when it is stale or held: a firing of a schedule paused, replaced or deleted since, a
-        delivery of a message cancelled or moved on, or of one that waits in a paused queue
-        (or behind its queue's earlier messages) or for a paused (or fully busy) flow-control
-        key. A message over its key's rate is due when the key's period ends; an attempt in
-        flight is due to end at its end."""
-        if event.kind == "cron":
-            schedule = self.schedules.get(event.target)
-            if schedule is None or schedule.paused or schedule.generation != event.generation:
-                return None
-            return event.due_ms
-        if event.kind == "flow":
-            flow = self.flow_keys.get(event.target)
-            if flow is None or flow.paused or not flow.waiting or flow.wake_ms != event.due_ms:
-                return None
-            return event.due_ms
-        if event.kind == "end":
-            return event.due_ms if self.attempt_due(event.target, event.generation) else None
-        if event.kind == "wait":
-            return event.due_ms if self.waiters.live(event.target, event.generation) else None
-        message = self.live_message(event.target, event.generation)
-        if message is None:
-            return None
-        if self.queues.holds(message.queue, message.message_id):
-            return None  # released (with a new event) when its queue lets it start
-        if len(self.in_flight) >= self.global_parallelism:
-            return None  # released when an attempt ends
-        fc = message.flow_control
-        flow = self.flow_keys.get(fc.key) if fc is not None and fc.key else None
-        if flow is None:
-            return event.due_ms
-        return flow.next_start_ms(event.due_ms)
 
     def flow_key(self, key: str) -> FlowKey:
         return self.flow_keys.key(key, self.clock.now_ms)
@@ -715,10 +676,13 @@ class Store:
         return self.schedules.fire(schedule_id, generation, self._publish_firing)
 
     def _publish_firing(self, schedule: Schedule) -> list[Message]:
+        opts = schedule.options
+        if opts.workflow_headers:
+            opts = opts.copy()  # a run's step takes its settings in place: not the template's
         published, _ = self.publish(
             schedule.destination,
             schedule.content,
-            schedule.options,
+            opts,
             queue=schedule.queue,
             schedule_id=schedule.schedule_id,
         )
@@ -728,18 +692,102 @@ class Store:
         """A workflow run ended: its waits end with it, and a run another one invoked
         reports its outcome to that run."""
         self.waiters.forget_run(run.run_id)
-        report_invocation(self, run)
+        self._report_invocation(run)
         if self.retention is not None:
             self.retention.run_ended(run.run_id, self.clock.now_ms)
 
-    # -- internals --------------------------------------------------------------------------
-    def _expression(self, text: str | None) -> RetryDelayExpression | None:
-        if text is None:
+    def _report_invocation(self, run: WorkflowRun) -> Message | None:
+        """When another run invoked ``run``, publish the invoke step back into that run with
+        the outcome (a run that ended since takes nothing)."""
+        invoker = run.invoker
+        if invoker is None or run.state == "RUN_STARTED" or not invoker.url or not invoker.options:
             return None
-        if text not in self._expressions:
-            self._expressions[text] = RetryDelayExpression(text)
-        return self._expressions[text]
+        target = self.workflows.get(invoker.run_id)
+        if target is None or not target.active:
+            return None
+        entry = self.dlq.get(run.dlq_id) if run.dlq_id else None
+        url, content, opts = outcome_step(run, None if entry is None else entry.response_body)
+        published, _ = self.publish(url, content, opts)
+        return published[0].message
 
+    # -- workflow waits ---------------------------------------------------------------------
+    def wait(
+        self,
+        run: WorkflowRun,
+        event_id: str,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str],
+        options: MessageOptions,
+        timeout_options: MessageOptions,
+        *,
+        cause: Message | None = None,
+    ) -> Waiter | Message:
+        """The run waits for ``event_id``: a ``Waiter`` until a notify or its timeout, or, when
+        a notify for the run was kept, the resumed step's message at once (``waiters.py``).
+        ``options`` publish the step when notified, ``timeout_options`` when timed out.
+        ``ValueError`` for a timeout that is not a duration."""
+        now = self.clock.now_ms
+        waiter = new_waiter(
+            run, event_id, body, headers, now, self.waiters.new_id(), options, timeout_options
+        )
+        saved = self.waiters.take_saved(run.run_id, event_id)
+        if saved is not None:
+            return self._resume(waiter, saved, cause)
+        self.waiters.add(waiter)
+        waiter.generation = 1
+        self.clock.schedule(waiter.deadline_ms, "wait", waiter.waiter_id, waiter.generation)
+        return waiter
+
+    def notify(
+        self,
+        event_id: str,
+        data: bytes,
+        run_id: str | None = None,
+        *,
+        cause: Message | None = None,
+    ) -> list[tuple[WorkflowRun, Waiter | None, Message | None]]:
+        """Notify ``event_id``: every run waiting for it (``run_id`` None; the event is lost
+        when none waits), or the run ``run_id``, whose notify is kept when it is not waiting.
+        Returns, per run reached, the waiter notified and the message resuming it (both None
+        when kept). ``KeyError`` when ``run_id`` names no active run."""
+        if run_id is not None:
+            run = self.workflows.get(run_id)
+            if run is None or not run.active:
+                raise KeyError(run_id)
+            mine = [w for w in self.waiters.of_event(event_id) if w.run_id == run_id]
+            if not mine:
+                self.waiters.save(run_id, event_id, data)
+                return [(run, None, None)]
+            targets = mine
+        else:
+            targets = self.waiters.of_event(event_id)
+        out: list[tuple[WorkflowRun, Waiter | None, Message | None]] = []
+        for waiter in targets:
+            run = self.workflows.get(waiter.run_id)
+            self.waiters.remove(waiter)
+            if run is None or not run.active:
+                continue
+            out.append((run, waiter, self._resume(waiter, data, cause)))
+        return out
+
+    def wait_timed_out(self, waiter_id: str, generation: int) -> Message | None:
+        """A wait's timeout came: its step goes back to the run timed out."""
+        waiter = self.waiters.live(waiter_id, generation)
+        if waiter is None:
+            return None
+        self.waiters.remove(waiter)
+        run = self.workflows.get(waiter.run_id)
+        if run is None or not run.active:
+            return None
+        return self._resume(waiter, None, None)
+
+    def _resume(self, waiter: Waiter, data: bytes | None, cause: Message | None) -> Message:
+        """Publish the wait step back into its run: notified with ``data``, or timed out."""
+        url, content, opts = resume_step(waiter, data)
+        published, _ = self.publish(url, content, opts, cause=cause)
+        return published[0].message
+
+    # -- internals --------------------------------------------------------------------------
     def _plan_delivery(self, message: Message, due_ms: int) -> None:
         generation = self._generation.get(message.message_id, 0) + 1
         self._generation[message.message_id] = generation
@@ -781,39 +829,6 @@ class Store:
                 message=message,
             )
         )
-
-
-def _publish_headers(message: Message) -> dict[str, str]:
-    """The publish headers (lower-cased names) that would create ``message`` again."""
-    out: dict[str, str] = {}
-    for name in message.headers:
-        value = ", ".join(message.headers.get_list(name))
-        key = "content-type" if name == "content-type" else "upstash-forward-" + name
-        out[key] = value
-    out["upstash-method"] = message.method
-    out["upstash-retries"] = str(message.max_retries)
-    optional = {
-        "upstash-retry-delay": message.retry_delay,
-        "upstash-timeout": None if message.timeout_ms is None else f"{message.timeout_ms}ms",
-        "upstash-callback": message.callback,
-        "upstash-failure-callback": message.failure_callback,
-        "upstash-label": message.label,
-        "upstash-redact-fields": ",".join(message.redact) or None,
-    }
-    out.update({k: v for k, v in optional.items() if v is not None})
-    for prefixed in (message.callback_headers, message.failure_callback_headers):
-        if prefixed is not None:
-            out.update((name, ", ".join(prefixed.get_list(name))) for name in prefixed)
-    fc = message.flow_control
-    if fc is not None and fc.key:
-        out["upstash-flow-control-key"] = fc.key
-        limits = (("parallelism", fc.parallelism), ("rate", fc.rate), ("period", fc.period))
-        out["upstash-flow-control-value"] = ", ".join(
-            f"{name}={value}{'s' if name == 'period' else ''}"
-            for name, value in limits
-            if value is not None
-        )
-    return out
 
 
 def _error_text(result: AttemptResult) -> str:

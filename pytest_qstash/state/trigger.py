@@ -1,5 +1,6 @@
-"""Starting a workflow run as a workflow client does (``qstash.trigger``): the init message,
-published straight into the store with the headers the Upstash workflow clients send.
+"""Starting a workflow run as a workflow client does: the init message, with what the Upstash
+workflow clients send, published straight into the store. ``qstash.trigger`` builds its
+options here; ``POST /v2/trigger`` reads them from the request and starts the run here too.
 
 No HTTP is involved: the test acts as the outside world, as ``qstash.notify`` does.
 """
@@ -8,13 +9,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any, Literal
 
 import httpx
 
-from .deliverable import checked_header, checked_url
-from .options import InvalidOption, parse_options
+from .deliverable import (
+    Undeliverable,
+    checked_header,
+    checked_url,
+    encoded_headers,
+    is_forwarded,
+)
+from .models import Message, MessageOptions
+from .options import InvalidOption, canonical
 from .store import Store
 from .workflows import WorkflowRun
 
@@ -33,6 +40,7 @@ def trigger_run(
     retries: int | None = None,
     failure_url: str | Literal[False] | None = None,
     label: str | None = None,
+    cause: Message | None = None,
 ) -> str:
     """Start a run at ``url`` as a workflow client does, under a run id chosen here.
 
@@ -63,112 +71,81 @@ def trigger_run(
     run_id = run_id or "wfr_" + store.ids.token(21)
     if store.workflows.get(run_id) is not None:
         raise ValueError(f"a workflow run {run_id!r} already exists")
+    if retries is not None and (type(retries) is not int or retries < 0):
+        raise ValueError(
+            f"invalid Upstash-Retries {str(retries)!r}: expected a whole number of retries (a "
+            "non-negative integer)"
+        )
+    if label is not None and (not isinstance(label, str) or not label.strip()):
+        raise ValueError(f"invalid label {label!r}: expected a non-empty string")
     content, content_type = _payload(body)
-    publish: dict[str, str] = {}
-    forwarded: dict[str, str] = {}
-    for name, value in (headers or {}).items():
-        if name.lower() == "content-type":
-            content_type = value  # QStash honours the top-level Content-Type only
-        else:
-            forwarded[name] = value
-            publish[f"Upstash-Forward-{name}"] = value
-    publish.update(
-        {
-            "Content-Type": content_type,
-            "Upstash-Workflow-Init": "true",
-            "Upstash-Workflow-RunId": run_id,
-            "Upstash-Workflow-Url": url,
-            "Upstash-Feature-Set": FEATURE_SET,
-            f"Upstash-Forward-{SDK_VERSION_HEADER}": "1",
-        }
-    )
-    if retries is not None:
-        publish["Upstash-Retries"] = str(retries)
-    if label is not None:
-        if not isinstance(label, str) or not label.strip():
-            raise ValueError(f"invalid label {label!r}: expected a non-empty string")
-        publish["Upstash-Label"] = label
-    implicit_failure_url = failure_url is None
-    if failure_url is None:
-        failure_url = url
-    if failure_url:
-        # What the workflow SDKs send with a failure URL: the failure call names the run and
-        # carries the user's headers too (a failure_function reads them).
-        publish["Upstash-Failure-Callback"] = failure_url
-        publish["Upstash-Failure-Callback-Forward-Upstash-Workflow-Is-Failure"] = "true"
-        publish["Upstash-Failure-Callback-Forward-Upstash-Workflow-Failure-Callback"] = "true"
-        publish["Upstash-Failure-Callback-Workflow-Runid"] = run_id
-        publish["Upstash-Failure-Callback-Workflow-Init"] = "false"
-        publish["Upstash-Failure-Callback-Workflow-Url"] = url
-        publish["Upstash-Failure-Callback-Workflow-Calltype"] = "failureCall"
-        publish["Upstash-Failure-Callback-Feature-Set"] = "LazyFetch,InitialBody"
-        for name, value in forwarded.items():
-            publish[f"Upstash-Failure-Callback-Forward-{name}"] = value
-        if retries is not None:
-            publish["Upstash-Failure-Callback-Retries"] = str(retries)
+    forwarded: list[tuple[str, str]] = []
     try:
-        opts = parse_options(publish)
-    except InvalidOption as exc:
+        for name, value in (headers or {}).items():
+            if name.lower() == "content-type":
+                # QStash honours the top-level Content-Type only.
+                content_type = checked_header("Content-Type", value, "Content-Type")
+                continue
+            value = checked_header(name, value, canonical(f"Upstash-Forward-{name}"))
+            if is_forwarded(name):
+                forwarded.append((canonical(name), value))
+    except Undeliverable as exc:
         raise ValueError(str(exc)) from None
-    store.publish(url, content, opts)
-    run = store.workflows.get(run_id)
-    if run is not None and implicit_failure_url:
+    opts = MessageOptions(
+        headers=encoded_headers([*forwarded, ("Content-Type", content_type)]),
+        retries=retries,
+        label=label.strip() if label is not None else None,
+    )
+    implicit_failure_url = failure_url is None
+    failure = url if failure_url is None else failure_url or None
+    run, _ = start_run(store, url, content, opts, run_id, failure, cause=cause)
+    if implicit_failure_url:
         # The default failure URL (the workflow URL) is for the first delivery only: a
         # Python serve() without a failure_function cannot answer a failure callback, and
         # one with it sends its own with every step.
-        run.settings = replace(run.settings, failure_callback=None, failure_callback_headers=None)
+        run.settings = run.settings.with_options(
+            failure_callback=None,
+            failure_callback_headers=None,
+            failure_callback_options=None,
+        )
     return run_id
 
 
-def _payload(body: Any) -> tuple[bytes, str]:
-    if body is None:
-        return b"", "application/json"
-    if isinstance(body, bytes):
-        return body, "application/octet-stream"
-    if isinstance(body, str):
-        return body.encode(), "text/plain"
-    # As the SDK's own init publish does: anything else is sent as JSON.
-    return json.dumps(body).encode(), "application/json"
-
-
-def trigger_request(
-    store: Store, url: str, content: bytes, headers: httpx.Headers
+def start_run(
+    store: Store,
+    url: str,
+    content: bytes,
+    opts: MessageOptions,
+    run_id: str,
+    failure_url: str | None,
+    *,
+    cause: Message | None = None,
 ) -> tuple[WorkflowRun, bool]:
-    """Start a run as ``POST /v2/trigger/{url}`` does: the request's ``Upstash-*`` headers
-    (retries, delay, label, flow control, failure callback and its ``-Forward-*`` headers,
-    ``Upstash-Forward-*``) become the run's settings, for every step; the run id is
-    ``Upstash-Workflow-RunId`` or a new one. The failure callback goes, unless the request
-    names one, to the workflow URL (where ``serve()``'s failure function answers). Returns the
-    run and whether it existed already (a trigger naming a run id twice starts it once).
-    Raises ``InvalidOption`` for a bad header (nothing is published then)."""
-    if not url.startswith(("http://", "https://")):
-        raise InvalidOption(f"invalid workflow url {url!r}: expected an http:// or https:// URL")
-    run_id = (headers.get("upstash-workflow-runid") or "").strip() or "wfr_" + store.ids.token(21)
-    existing = store.workflows.get(run_id)
-    if existing is not None:
-        return existing, True
-    publish: dict[str, str] = {}
-    for name, value in headers.multi_items():
-        lowered = name.lower()
-        if lowered == "content-type" or (
-            lowered.startswith("upstash-") and not lowered.startswith("upstash-workflow-")
-        ):
-            publish[lowered] = value
-    publish.setdefault("content-type", "application/json")
-    publish.update(
-        {
-            "upstash-workflow-init": "true",
-            "upstash-workflow-runid": run_id,
-            "upstash-workflow-url": url,
-            "upstash-feature-set": FEATURE_SET,
-            f"upstash-forward-{SDK_VERSION_HEADER.lower()}": "1",
-        }
+    """Publish the init message of run ``run_id`` at ``url`` as the workflow clients do:
+    ``opts`` (its forwarded headers, retries, label, flow control, delay, ...) with the
+    protocol's own, and, when it names a failure callback or ``failure_url`` is given, the
+    failure call that makes that callback a message of the run. Returns the run and whether
+    it existed already (the init was deduplicated against an earlier one). Raises
+    ``InvalidOption`` when it was deduplicated against a message that started no run."""
+    opts = opts.copy()
+    user = [(name, value) for name, value in _items(opts.headers) if name.lower() != "content-type"]
+    content_type = opts.headers.get("content-type", "application/json")
+    # A run's message forwards the version (the SDK reads it); its own Content-Type last.
+    opts.headers = encoded_headers(
+        [*user, (SDK_VERSION_HEADER, "1"), ("Content-Type", content_type)],
     )
-    publish.setdefault("upstash-failure-callback", url)
-    for name, value in _failure_call_headers(run_id, url, publish).items():
-        publish.setdefault(name, value)
-    opts = parse_options(publish)
-    published, _ = store.publish(url, content, opts)
+    opts.workflow_headers = {
+        "upstash-workflow-init": "true",
+        "upstash-workflow-runid": run_id,
+        "upstash-workflow-url": url,
+        "upstash-feature-set": FEATURE_SET,
+    }
+    if opts.failure_callback is None:
+        opts.failure_callback = failure_url
+    if opts.failure_callback is not None:
+        shown, call = _failure_call(opts, run_id, url, user)
+        opts.failure_callback_headers, opts.failure_callback_options = shown, call
+    published, _ = store.publish(url, content, opts, cause=cause)
     run = store.workflows.get(run_id)
     if run is not None:
         return run, False
@@ -184,21 +161,64 @@ def trigger_request(
     return run, True
 
 
-def _failure_call_headers(run_id: str, url: str, publish: Mapping[str, str]) -> dict[str, str]:
-    """What makes the failure callback a message of the run (as the workflow SDKs send it),
-    with the run's forwarded headers and retries."""
-    out = {
-        "upstash-failure-callback-forward-upstash-workflow-is-failure": "true",
-        "upstash-failure-callback-forward-upstash-workflow-failure-callback": "true",
-        "upstash-failure-callback-workflow-runid": run_id,
-        "upstash-failure-callback-workflow-init": "false",
-        "upstash-failure-callback-workflow-url": url,
-        "upstash-failure-callback-workflow-calltype": "failureCall",
-        "upstash-failure-callback-feature-set": "LazyFetch,InitialBody",
+def _failure_call(
+    opts: MessageOptions, run_id: str, url: str, user: list[tuple[str, str]]
+) -> tuple[httpx.Headers, MessageOptions]:
+    """What makes the failure callback a message of the run, as the workflow SDKs send it,
+    with the run's forwarded user headers and retries, under what the publish set itself:
+    its ``Upstash-Failure-Callback-*`` headers (as QStash shows them) and the options they
+    say."""
+    protocol = {
+        "Workflow-Runid": run_id,
+        "Workflow-Init": "false",
+        "Workflow-Url": url,
+        "Workflow-Calltype": "failureCall",
+        "Feature-Set": "LazyFetch,InitialBody",
     }
-    for name, value in publish.items():
-        if name.startswith("upstash-forward-"):
-            out.setdefault("upstash-failure-callback-" + name[len("upstash-") :], value)
-    if "upstash-retries" in publish:
-        out.setdefault("upstash-failure-callback-retries", publish["upstash-retries"])
-    return out
+    forwards = [
+        ("Upstash-Workflow-Is-Failure", "true"),
+        ("Upstash-Workflow-Failure-Callback", "true"),
+        *user,
+    ]
+    prefix = "Upstash-Failure-Callback-"
+    given = [
+        *((f"Forward-{name}", value) for name, value in forwards),
+        *protocol.items(),
+        *([] if opts.retries is None else [("Retries", str(opts.retries))]),
+    ]
+    shown = _items(opts.failure_callback_headers)
+    present = {name.lower() for name, _ in shown}
+    for name, value in given:
+        if (prefix + name).lower() not in present:
+            present.add((prefix + name).lower())
+            shown.append((prefix + name, value))
+
+    own = opts.failure_callback_options
+    call = own.copy() if own is not None else MessageOptions()
+    for name, value in protocol.items():
+        call.workflow_headers.setdefault(f"upstash-{name.lower()}", value)
+    kept = _items(call.headers)
+    names = {name.lower() for name, _ in kept}
+    kept += [(n, v) for n, v in forwards if n.lower() not in names and is_forwarded(n)]
+    call.headers = encoded_headers(kept)
+    if call.retries is None:
+        call.retries = opts.retries
+    return encoded_headers(shown), call
+
+
+def _items(headers: httpx.Headers | None) -> list[tuple[str, str]]:
+    """Headers as (name, value) text, names as they were given."""
+    if headers is None:
+        return []
+    return [(n.decode(headers.encoding), v.decode(headers.encoding)) for n, v in headers.raw]
+
+
+def _payload(body: Any) -> tuple[bytes, str]:
+    if body is None:
+        return b"", "application/json"
+    if isinstance(body, bytes):
+        return body, "application/octet-stream"
+    if isinstance(body, str):
+        return body.encode(), "text/plain"
+    # As the SDK's own init publish does: anything else is sent as JSON.
+    return json.dumps(body).encode(), "application/json"

@@ -20,15 +20,11 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..durations import parse_duration_ms
-from .models import LATEST_MS, Message, Waiter
-from .options import parse_options
-
-if TYPE_CHECKING:
-    from .store import Store
-    from .workflows import WorkflowRun
+from .models import LATEST_MS, MessageOptions, Waiter
+from .workflows import WorkflowRun
 
 #: QStash's default wait timeout: seven days.
 DEFAULT_TIMEOUT_MS = 7 * 86_400_000
@@ -107,91 +103,46 @@ class Waiters:
         return ended
 
 
-# -- the rules, on a store ------------------------------------------------------------------
-def wait(
-    store: Store,
+# -- the rules ------------------------------------------------------------------------------
+def new_waiter(
     run: WorkflowRun,
     event_id: str,
     body: Mapping[str, Any],
     headers: Mapping[str, str],
-) -> Waiter | Message:
-    """The run waits for ``event_id``: a ``Waiter`` until a notify or its timeout, or, when a
-    notify for the run was kept, the resumed step's message at once.
-
-    ``body`` is the wait request's JSON (``url``, ``timeout``, ``timeoutUrl``,
-    ``timeoutHeaders``, ``timeoutBody``, ``step``), ``headers`` its publish headers.
-    ``ValueError`` for a timeout that is not a duration."""
-    now = store.clock.now_ms
+    now_ms: int,
+    waiter_id: str,
+    options: MessageOptions,
+    timeout_options: MessageOptions,
+) -> Waiter:
+    """What the run's wait for ``event_id`` is: ``body`` is the wait request's JSON (``url``,
+    ``timeout``, ``timeoutUrl``, ``timeoutHeaders``, ``timeoutBody``, ``step``), ``headers``
+    its publish headers; ``options`` publish the step when notified, ``timeout_options`` when
+    timed out. ``ValueError`` for a timeout that is not a duration."""
     timeout = body.get("timeout")
     timeout_ms = (
         DEFAULT_TIMEOUT_MS
         if timeout in (None, "")
         else parse_duration_ms(timeout, what="wait timeout")
     )
-    if now + timeout_ms > LATEST_MS:
+    if now_ms + timeout_ms > LATEST_MS:
         raise ValueError(f"wait timeout {timeout!r} ends after the year 9999")
     step = body.get("step")
     timeout_headers = body.get("timeoutHeaders")
-    waiter = Waiter(
+    return Waiter(
         event_id=event_id,
         run_id=run.run_id,
         url=_text(body.get("url")) or run.url,
-        headers={k: v for k, v in headers.items() if k.lower() not in _TRANSPORT},
-        created_ms=now,
-        deadline_ms=now + timeout_ms,
+        headers=step_headers(headers),
+        created_ms=now_ms,
+        deadline_ms=now_ms + timeout_ms,
         timeout_url=_text(body.get("timeoutUrl")) or _text(body.get("url")) or run.url,
-        timeout_headers=_header_lists(timeout_headers),
+        timeout_headers=header_lists_of(timeout_headers),
         timeout_body=_text(body.get("timeoutBody")) or None,
         step=dict(step) if isinstance(step, Mapping) else {},
-        waiter_id=store.waiters.new_id(),
+        options=options,
+        timeout_options=timeout_options,
+        waiter_id=waiter_id,
     )
-    saved = store.waiters.take_saved(run.run_id, event_id)
-    if saved is not None:
-        return _resume(store, waiter, saved)
-    store.waiters.add(waiter)
-    waiter.generation = 1
-    store.clock.schedule(waiter.deadline_ms, "wait", waiter.waiter_id, waiter.generation)
-    return waiter
-
-
-def notify(
-    store: Store, event_id: str, data: bytes, run_id: str | None = None
-) -> list[tuple[WorkflowRun, Waiter | None, Message | None]]:
-    """Notify ``event_id``: every run waiting for it (``run_id`` None; the event is lost when
-    none waits), or the run ``run_id``, whose notify is kept when it is not waiting. Returns,
-    per run reached, the waiter notified and the message resuming it (both None when kept).
-    ``KeyError`` when ``run_id`` names no active run."""
-    if run_id is not None:
-        run = store.workflows.get(run_id)
-        if run is None or not run.active:
-            raise KeyError(run_id)
-        mine = [w for w in store.waiters.of_event(event_id) if w.run_id == run_id]
-        if not mine:
-            store.waiters.save(run_id, event_id, data)
-            return [(run, None, None)]
-        targets = mine
-    else:
-        targets = store.waiters.of_event(event_id)
-    out: list[tuple[WorkflowRun, Waiter | None, Message | None]] = []
-    for waiter in targets:
-        run = store.workflows.get(waiter.run_id)
-        store.waiters.remove(waiter)
-        if run is None or not run.active:
-            continue
-        out.append((run, waiter, _resume(store, waiter, data)))
-    return out
-
-
-def time_out(store: Store, waiter_id: str, generation: int) -> Message | None:
-    """A wait's timeout came: its step goes back to the run timed out."""
-    waiter = store.waiters.live(waiter_id, generation)
-    if waiter is None:
-        return None
-    store.waiters.remove(waiter)
-    run = store.workflows.get(waiter.run_id)
-    if run is None or not run.active:
-        return None
-    return _resume(store, waiter, None)
 
 
 def waiter_json(waiter: Waiter) -> dict[str, Any]:
@@ -208,44 +159,31 @@ def waiter_json(waiter: Waiter) -> dict[str, Any]:
     return out
 
 
-def _resume(store: Store, waiter: Waiter, data: bytes | None) -> Message:
-    """Publish the wait step back into its run: notified with ``data``, or timed out."""
+def resume_step(waiter: Waiter, data: bytes | None) -> tuple[str, bytes, MessageOptions]:
+    """The wait step going back into its run, notified with ``data`` or timed out (None):
+    where it goes, its body and what it is published with."""
     step: dict[str, Any] = {**waiter.step, "waitEventId": waiter.event_id}
-    headers = dict(waiter.headers)
-    url = waiter.url
     if data is None:
         step.pop("out", None)
         step["waitTimeout"] = True
-        url = waiter.timeout_url
-        present = {name.lower() for name in headers}
-        for name, values in waiter.timeout_headers.items():
-            lowered = name.lower()
-            # The run's own protocol headers are in the wait's headers already.
-            if lowered.startswith("upstash-") or f"upstash-forward-{lowered}" in present:
-                continue
-            if values:
-                headers[f"Upstash-Forward-{name}"] = values[0]
+        url, opts = waiter.timeout_url, waiter.timeout_options
     else:
         step["out"] = base64.b64encode(data).decode("ascii")
         step["waitTimeout"] = False
-    _set(headers, "upstash-workflow-init", "false")
-    _set(headers, "upstash-workflow-calltype", "step")
-    _set(headers, "upstash-workflow-runid", waiter.run_id)
-    published, _ = store.publish(url, json.dumps(step).encode(), parse_options(headers))
-    return published[0].message
+        url, opts = waiter.url, waiter.options
+    return url, json.dumps(step).encode(), opts.copy()
 
 
-def _set(headers: dict[str, str], name: str, value: str) -> None:
-    for existing in [k for k in headers if k.lower() == name]:
-        del headers[existing]
-    headers[name] = value
+def step_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """A wait request's headers that are the step's publish headers (not its transport's)."""
+    return {k: v for k, v in headers.items() if k.lower() not in _TRANSPORT}
 
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _header_lists(value: Any) -> dict[str, list[str]]:
+def header_lists_of(value: Any) -> dict[str, list[str]]:
     if not isinstance(value, Mapping):
         return {}
     out: dict[str, list[str]] = {}

@@ -8,17 +8,16 @@ workflow DLQ is that view of the DLQ, so deleting through either removes it from
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import httpx
 
-from .models import DlqEntry, Message, ms_to_datetime
-from .options import check_due_in_range, parse_options
+from .models import DlqEntry, Message, MessageOptions, ms_to_datetime
 from .run_settings import RunSettings
-from .store import Store, _publish_headers
+from .store import Store
 from .workflows import FAILURE_CALL, STEP, FailureFunctionState, WorkflowRun
 
 
@@ -109,32 +108,48 @@ def get(store: Store, dlq_id: str) -> WorkflowDlqEntry:
     return WorkflowDlqEntry(entry, found[0])
 
 
-def resume(store: Store, dlq_id: str, overrides: Mapping[str, str] | None = None) -> WorkflowRun:
+def resume(
+    store: Store,
+    dlq_id: str,
+    overrides: MessageOptions | None = None,
+    *,
+    cause: Message | None = None,
+) -> WorkflowRun:
     """A new run that goes on from the step that failed: it starts with the failed run's
     messages up to that step (the initial payload, the steps that succeeded) and delivers the
-    failed message again, under a new run id, with the run's settings (``overrides``, the
-    request's ``Upstash-*`` headers, replace them). The entry stays in the DLQ."""
+    failed message again, under a new run id, with the run's settings (``overrides``, what
+    the request's ``Upstash-*`` headers said, replace them; None: it named none). The entry
+    stays in the DLQ."""
     failed = get(store, dlq_id)
-    headers = _checked(store, overrides)
+    headers = overrides
     position = store.workflows.position(failed.message)
     run = _new_run(store, failed, headers)
     store.workflows.carry(run, failed.run, position)
-    _republish(store, run, failed.message, headers, store.workflows.call_type(failed.message))
+    call_type = store.workflows.call_type(failed.message)
+    _republish(store, run, failed.message, headers, call_type, cause)
     return run
 
 
-def restart(store: Store, dlq_id: str, overrides: Mapping[str, str] | None = None) -> WorkflowRun:
+def restart(
+    store: Store,
+    dlq_id: str,
+    overrides: MessageOptions | None = None,
+    *,
+    cause: Message | None = None,
+) -> WorkflowRun:
     """A new run from the start: the failed run's initial message published again (same
     payload and headers) under a new run id, with the run's settings or ``overrides``."""
     failed = get(store, dlq_id)
-    headers = _checked(store, overrides)
+    headers = overrides
     init = failed.run.messages[0]
     run = _new_run(store, failed, headers)
-    _republish(store, run, init, headers, STEP)
+    _republish(store, run, init, headers, STEP, cause)
     return run
 
 
-def retry_failure_function(store: Store, dlq_id: str) -> WorkflowRun:
+def retry_failure_function(
+    store: Store, dlq_id: str, *, cause: Message | None = None
+) -> WorkflowRun:
     """Call the run's failure function (or failure URL) again, when its call failed."""
     failed = get(store, dlq_id)
     run = failed.run
@@ -148,7 +163,7 @@ def retry_failure_function(store: Store, dlq_id: str) -> WorkflowRun:
     for entry in list(store.dlq.values()):
         if entry.message is call:  # the failed call's own dead letter goes with the retry
             del store.dlq[entry.dlq_id]
-    retry = _republish(store, run, call, {}, FAILURE_CALL)
+    retry = _republish(store, run, call, None, FAILURE_CALL, cause)
     retry.callback_for, retry.is_failure_callback = call.callback_for, True
     return run
 
@@ -178,56 +193,72 @@ def run_json(run: WorkflowRun) -> dict[str, Any]:
 
 
 # -- internals ------------------------------------------------------------------------------
-def _checked(store: Store, overrides: Mapping[str, str] | None) -> dict[str, str]:
-    """The ``Upstash-*`` overrides, lower-cased, refused (``InvalidOption``) before anything
-    happens when one is not a valid option."""
-    headers = {
-        k.lower(): v for k, v in (overrides or {}).items() if k.lower().startswith("upstash-")
-    }
-    check_due_in_range(parse_options(headers), store.clock.now_ms)
-    return headers
-
-
-def _new_run(store: Store, failed: WorkflowDlqEntry, headers: Mapping[str, str]) -> WorkflowRun:
+def _new_run(
+    store: Store, failed: WorkflowDlqEntry, overrides: MessageOptions | None
+) -> WorkflowRun:
     run_id = "wfr_" + store.ids.token(21)
-    settings: RunSettings = failed.run.settings.overridden(headers)
+    settings: RunSettings = failed.run.settings.overridden(
+        overrides or MessageOptions(), run_wide=overrides is not None
+    )
     if settings.failure_callback_headers is not None:
         retargeted = httpx.Headers(_retargeted(settings.failure_callback_headers, run_id))
-        settings = replace(settings, failure_callback_headers=retargeted)
+        settings = settings.with_options(failure_callback_headers=retargeted)
+    if settings.failure_callback_options is not None:
+        settings = settings.with_options(
+            failure_callback_options=_in_run(settings.failure_callback_options, run_id)
+        )
     return store.workflows.start(
         run_id, failed.run.url, store.clock.now_ms, settings, resumed_from=failed.dlq_id
     )
 
 
-def _retargeted(headers: Mapping[str, str], run_id: str) -> dict[str, str]:
+def _retargeted(headers: httpx.Headers, run_id: str) -> list[tuple[bytes, bytes]]:
     """Headers that name the failed run (``...-Workflow-Runid``, which makes the failure
     call or a call's callback a message of that run) naming ``run_id`` instead."""
-    return {
-        name: run_id if name.lower().endswith("workflow-runid") else value
-        for name, value in headers.items()
-    }
+    return [
+        (name, run_id.encode() if name.lower().endswith(b"workflow-runid") else value)
+        for name, value in headers.raw
+    ]
+
+
+def _in_run(opts: MessageOptions, run_id: str) -> MessageOptions:
+    """Callback options that make their message one of the failed run, of ``run_id``."""
+    if "upstash-workflow-runid" not in opts.workflow_headers:
+        return opts
+    out = opts.copy()
+    out.workflow_headers["upstash-workflow-runid"] = run_id
+    return out
 
 
 def _republish(
-    store: Store, run: WorkflowRun, source: Message, overrides: Mapping[str, str], call_type: str
+    store: Store,
+    run: WorkflowRun,
+    source: Message,
+    overrides: MessageOptions | None,
+    call_type: str,
+    cause: Message | None,
 ) -> Message:
     """``source`` published again as a message of ``run``: same URL, body and headers, its
     retries counted from zero, the run's settings where the overrides name one."""
-    headers = _retargeted(_publish_headers(source), run.run_id)
-    settings = run.settings
-    if "upstash-retries" in overrides and settings.retries is not None:
-        headers["upstash-retries"] = str(settings.retries)
-    for name in ("upstash-retry-delay", "upstash-label", "upstash-failure-callback"):
-        if name in overrides:
-            headers[name] = overrides[name]
-    if "upstash-flow-control-key" in overrides:
-        headers["upstash-flow-control-key"] = overrides["upstash-flow-control-key"]
-        headers.pop("upstash-flow-control-value", None)
-    if "upstash-flow-control-value" in overrides:
-        headers["upstash-flow-control-value"] = overrides["upstash-flow-control-value"]
-    if "upstash-delay" in overrides:
-        headers["upstash-delay"] = overrides["upstash-delay"]
-    opts = parse_options(headers)  # the overrides were checked; stored options are valid
-    message = store.create_message(source.url, source.content, opts)
+    opts = source.options.republished()
+    opts.retries = source.max_retries
+    for name in ("callback_headers", "failure_callback_headers"):
+        shown = getattr(opts, name)
+        if shown is not None:
+            setattr(opts, name, httpx.Headers(_retargeted(shown, run.run_id)))
+    for name in ("callback_options", "failure_callback_options"):
+        nested = getattr(opts, name)
+        if nested is not None:
+            setattr(opts, name, _in_run(nested, run.run_id))
+    given = overrides.given if overrides is not None else set()
+    if "retries" in given and run.settings.retries is not None:
+        opts.retries = run.settings.retries
+    if overrides is not None:
+        for name in ("retry_delay", "label", "failure_callback", "delay_ms"):
+            if name in given:
+                setattr(opts, name, getattr(overrides, name))
+        if "flow_control_key" in given:
+            opts.flow_control = overrides.flow_control
+    message = store.create_message(source.url, source.content, opts, cause=cause)
     store.workflows.adopt(run, message, call_type)
     return message

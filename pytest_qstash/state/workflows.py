@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from .invocations import Invoker
-from .models import DlqEntry, Message, ms_to_datetime
+from .models import DlqEntry, Invoker, Message, ms_to_datetime
 from .options import MessageOptions
 from .run_settings import RunSettings
 
