@@ -122,3 +122,25 @@ def node(node_app: NodeHarness, qstash_server: ServerProcess) -> NodeHarness:
     qstash_server.reset()
     node_app.clear()
     return node_app
+
+
+def publish_and_run_workflow(
+    app_url: str, server: ServerProcess, body: Any, name: str
+) -> tuple[dict[str, Any], dict[str, Any], list[Any]]:
+    """Through tests/node/env_app.mjs: publish ``body`` to its hook and trigger its workflow
+    with ``name``, then wait until both were received (or refused) and the run ended. Returns
+    the publish's and the trigger's answers and what the app received."""
+    with httpx.Client(base_url=app_url, timeout=30, trust_env=False) as http:
+        published = http.post("/publish", json={"body": body}).json()
+        run = http.post("/trigger", json={"body": {"name": name}}).json()
+
+        def done(server: Any) -> bool:
+            kinds = {next(iter(r)) for r in http.get("/received").json()}
+            if "refused" in kinds:
+                return True
+            ended = [r.state for r in server.runs if r.run_id == run["workflowRunId"]]
+            return {"hook", "workflow"} <= kinds and ended == ["RUN_SUCCESS"]
+
+        server.wait_until(done, timeout=60, interval=0.2)
+        received = http.get("/received").json()
+    return published, run, received

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from node_support import NODE_DIR, node_packages
+from node_support import NODE_DIR, node_packages, publish_and_run_workflow
 
 from pytest_qstash.server import AppProcess, ServerProcess
 from pytest_qstash.server.cli import (
@@ -205,20 +205,9 @@ def test_a_node_app_with_only_qstash_dev(
         "XDG_CACHE_HOME": str(home / ".cache"),
     }
     with NodeApp.start_script(NODE_DIR / "env_app.mjs", cwd=NODE_DIR, env=env) as app:
-        http = httpx.Client(base_url=app.url, timeout=30, trust_env=False)
-        published = http.post("/publish", json={"body": {"hello": "dev"}}).json()
-        run = http.post("/trigger", json={"body": {"name": "dev"}}).json()
-
-        def done(server: Any) -> bool:
-            kinds = {next(iter(r)) for r in http.get("/received").json()}
-            if "refused" in kinds:
-                return True
-            ended = [r.state for r in server.runs if r.run_id == run["workflowRunId"]]
-            return {"hook", "workflow"} <= kinds and ended == ["RUN_SUCCESS"]
-
-        dev_server.wait_until(done, timeout=60, interval=0.2)
-        received = http.get("/received").json()
-        http.close()
+        published, _, received = publish_and_run_workflow(
+            app.url, dev_server, {"hello": "dev"}, "dev"
+        )
         output = app.output
     assert {"hook": {"hello": "dev"}, "verified": True, "region": None} in received, output
     assert {"workflow": "hello dev"} in received, output

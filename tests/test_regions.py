@@ -10,10 +10,9 @@ import subprocess
 import sys
 from typing import Any
 
-import httpx
 import pytest
 from fastapi import FastAPI, Request, Response
-from node_support import NODE_DIR, node_packages
+from node_support import NODE_DIR, node_packages, publish_and_run_workflow
 from qstash import AsyncQStash, QStash, Receiver
 
 from pytest_qstash import FakeQStash
@@ -137,22 +136,9 @@ def test_a_multi_region_qstash_js_app_publishes_and_verifies(
             monkeypatch.delenv(name)
     regional = {k: v for k, v in eu_server.env.items() if k.startswith(("EU_", "QSTASH_REGION"))}
     with NodeApp.start_script(NODE_DIR / "env_app.mjs", cwd=NODE_DIR, env=regional) as app:
-        http = httpx.Client(base_url=app.url, timeout=30, trust_env=False)
-        published = http.post("/publish", json={"body": {"n": 1}}).json()
+        published, run, received = publish_and_run_workflow(app.url, eu_server, {"n": 1}, "eu")
         assert published["messageId"]
-        run = http.post("/trigger", json={"body": {"name": "eu"}}).json()
         assert run["workflowRunId"]
-
-        def done(server: Any) -> bool:
-            kinds = {next(iter(r)) for r in http.get("/received").json()}
-            if "refused" in kinds:
-                return True
-            ended = [r.state for r in server.runs if r.run_id == run["workflowRunId"]]
-            return {"hook", "workflow"} <= kinds and ended == ["RUN_SUCCESS"]
-
-        eu_server.wait_until(done, timeout=60, interval=0.2)
-        received = http.get("/received").json()
-        http.close()
     assert {"hook": {"n": 1}, "verified": True, "region": "EU-CENTRAL-1"} in received, app.output
     # The workflow SDK picks the region's client and receiver by the header (and keeps the
     # header out of context.headers).
