@@ -6,7 +6,7 @@ The documents are Upstash's and are not shipped here: they are read from
 where CI lays them. ``DOCUMENTS_DIR`` is None when they are absent.
 
 Where a document is wrong, the tests follow the SDKs: each erratum is a named patch below,
-applied to the document as loaded, and listed in docs/api-coverage.md ("Errata in Upstash's
+applied to the document as loaded, and listed in docs/fidelity.md ("Errata in Upstash's
 OpenAPI documents"). A patch first checks that the erratum is still there, so a corrected
 document fails loudly ("remove the patch") instead of being patched blindly.
 """

@@ -279,7 +279,7 @@ def test_the_client_s_verbs_are_the_table_s(name: str) -> None:
 
 
 def test_the_docs_list_every_verb_and_list() -> None:
-    text = (HERE.parent / "docs" / "server.md").read_text()
+    text = (HERE.parent / "docs" / "control.md").read_text()
     for verb in VERBS.values():
         if verb.name != "state":
             assert f"`{verb.method} /_qstash/{verb.route}`" in text or (

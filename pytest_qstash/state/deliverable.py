@@ -5,7 +5,7 @@ a workflow URL) or a forwarded header can ever go out over HTTP. Publish, enqueu
 schedules, URL groups and the Python API (``qstash.trigger``) all ask here, so what could only
 fail every attempt until the DLQ is refused when it is published, naming the field.
 
-Decisions where QStash's documents say nothing (see docs/api-coverage.md):
+Decisions where QStash's documents say nothing (see docs/fidelity.md):
 
 - header values may carry any bytes but control characters (HTAB excepted), as HTTP (and Go,
   which QStash is written in) allows: UTF-8 such as ``Zoë`` is delivered as its UTF-8 bytes;
