@@ -436,7 +436,7 @@ class DeliveryLoop:
                 taken.append(job)
         except BaseException:
             # The loop guard stopped a runaway cascade: what was taken did not happen.
-            for job in reversed(taken):
+            for job in taken:
                 self.abandon(job)
             raise
         return taken
@@ -483,8 +483,9 @@ class DeliveryLoop:
         self._dispatcher.abandon(job)
 
     def abandon_all(self) -> None:
-        """Every attempt in flight did not happen (newest first)."""
-        for job in reversed(list(self._flights.values())):
+        """Every attempt in flight did not happen. They are put back in the order they
+        started, so they are due again in the order they were due."""
+        for job in list(self._flights.values()):
             self.abandon(job)
 
     # -- shared rules -----------------------------------------------------------------------

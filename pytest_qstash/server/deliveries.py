@@ -141,6 +141,7 @@ class ServerDeliveries:
             with contextlib.suppress(BaseException):
                 await task
         self._tasks.clear()
+        self._open.abandon_all()  # those whose task was cut before it ever ran
 
     # -- shared -----------------------------------------------------------------------------
     async def _send(self, loop: DeliveryLoop, job: Job) -> Outcome:
