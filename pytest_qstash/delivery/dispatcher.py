@@ -375,6 +375,7 @@ class DeliveryLoop:
     # -- a run ------------------------------------------------------------------------------
     def __enter__(self) -> DeliveryLoop:
         __tracebackhide__ = True
+        assert self._until_ms is not None, "the open loop is never entered: it has no end"
         self._dispatcher.begin_run()
         return self
 
