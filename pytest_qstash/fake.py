@@ -10,7 +10,7 @@ import re
 import sys
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -23,7 +23,7 @@ from .api.faults import Fault, FaultTable
 from .api.publish_headers import parse_options
 from .api.waiters import notify_answer
 from .appclock import AppClock, NoAppClock, make_app_clock
-from .delivery.dispatcher import Dispatcher, DispatchSettings
+from .delivery.dispatcher import AsyncRunner, Dispatcher, DispatchSettings
 from .delivery.handler_time import HandlerDuration, HandlerTimes
 from .delivery.mounts import MountTable
 from .delivery.transports import DEFAULT_DELIVERY_TIMEOUT_S, Sender
@@ -185,9 +185,10 @@ class FakeQStash:
             handler_times=self._handler_times,
             scheduler=self._scheduler,
         )
-        #: How the async paths (``atick``, ``aadvance``, ``adrain``) deliver up to a moment:
-        #: the dispatcher's loop, one attempt at a time; the server puts its concurrent one here.
-        self._adeliver: Callable[[int], Awaitable[list[Delivery]]] = self._dispatcher.arun
+        #: What the async moves (``atick``, ``aadvance``, ``aadvance_to``, ``adrain``)
+        #: deliver through: the dispatcher's loop, one attempt at a time; a server sets its
+        #: concurrent runner over the same loop (``server.deliveries.ServerDeliveries``).
+        self.async_runner: AsyncRunner = self._dispatcher
         self._active = False
         # Bounded: a call holds its headers and answer (about 2.6 KB), and a suite that
         # publishes 100k messages in one test must not hold them all.
@@ -228,14 +229,8 @@ class FakeQStash:
     @property
     def dispatcher(self) -> Dispatcher:
         """What turns due messages into delivery jobs and applies their answers: the server's
-        concurrent loop sends its jobs."""
+        concurrent runner drives its ``DeliveryLoop``."""
         return self._dispatcher
-
-    def deliver_async_with(self, run: Callable[[int], Awaitable[list[Delivery]]]) -> None:
-        """Make ``atick``/``aadvance``/``aadvance_to``/``adrain`` deliver through ``run``
-        (deliver what is due up to a moment, in unix ms; return the deliveries made)
-        instead of the dispatcher's own loop: the server's concurrent one."""
-        self._adeliver = run
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> FakeQStash:
@@ -518,10 +513,10 @@ class FakeQStash:
     async def adrain(self, within: Duration = "30d") -> Found[Delivery]:
         __tracebackhide__ = True
         limit = self._target(within)
-        made = await self._adeliver(self.clock.now_ms)
+        made = await self.async_runner.arun(self.clock.now_ms)
         while (step := self._dispatcher.drain_step(limit, len(made))) is not None:
             target, stuck = step
-            delivered = await self._adeliver(target)
+            delivered = await self.async_runner.arun(target)
             if stuck and not delivered:
                 break
             made += delivered
@@ -529,15 +524,15 @@ class FakeQStash:
 
     async def atick(self) -> Found[Delivery]:
         __tracebackhide__ = True
-        return _made(await self._adeliver(self.clock.now_ms))
+        return _made(await self.async_runner.arun(self.clock.now_ms))
 
     async def aadvance(self, duration: Duration) -> Found[Delivery]:
         __tracebackhide__ = True
-        return _made(await self._adeliver(self._target(duration)))
+        return _made(await self.async_runner.arun(self._target(duration)))
 
     async def aadvance_to(self, moment: datetime | str) -> Found[Delivery]:
         __tracebackhide__ = True
-        return _made(await self._adeliver(self._moment(moment)))
+        return _made(await self.async_runner.arun(self._moment(moment)))
 
     def next_due(self) -> datetime | None:
         """When the next delivery, end of an attempt in flight, or cron firing is due, or None
@@ -593,15 +588,13 @@ class FakeQStash:
         are kept."""
         return Found(self._api_calls, "API call")
 
-    def _due_now(self) -> list[Message]:
-        """Messages due at or before ``qstash.now`` that nothing has delivered yet (the
-        strict teardown check; ``Scheduler.due_now``)."""
-        return self._scheduler.due_now()
-
-    def _unread_dlq(self) -> list[DlqEntry]:
-        """DLQ entries the test never read: not through ``qstash.dlq``, nor listed or
-        fetched through the API, since they were dead-lettered."""
-        return [entry for entry in self.store.dlq.values() if entry.dlq_id not in self._dlq_read]
+    def left_behind(self) -> tuple[list[Message], list[DlqEntry]]:
+        """What ``strict_teardown`` fails a test for: the messages due at or before
+        ``qstash.now`` that nothing has delivered yet, and the DLQ entries the test never
+        read (not through ``qstash.dlq``, nor listed or fetched through the API) since they
+        were dead-lettered. Reading them here does not mark them read."""
+        unread = [e for e in self.store.dlq.values() if e.dlq_id not in self._dlq_read]
+        return self._scheduler.due_now(), unread
 
     @property
     def events(self) -> Found[Event]:

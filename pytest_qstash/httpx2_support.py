@@ -102,7 +102,7 @@ def _answer(router: QStashRouter, prefix: str, request: Any) -> Any:
         content=request.content,
     )
     try:
-        response = router._answer(converted, prefix)
+        response = router.answer(converted, prefix)
     except httpx.TransportError as exc:  # an injected network fault: httpx2's own error
         error_type = getattr(httpx2, type(exc).__name__, httpx2.TransportError)
         raise error_type(str(exc), request=request) from exc
@@ -187,7 +187,7 @@ def start_guard(owner: NetworkGuard) -> NetworkGuard | None:
         def __init__(self) -> None:
             super().__init__(using=GUARD_MOCKER)
             # What it refuses is reported with the httpcore guard's refusals.
-            self._api = owner._refuse
+            self._api = owner.refuse
 
     guard = Httpcore2Guard()
     guard.start()

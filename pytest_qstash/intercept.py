@@ -53,7 +53,9 @@ class QStashRouter(respx.MockRouter):
         """The same for any URL httpx or httpx2 would send to (``hosts`` decides)."""
         return hosts.qstash_prefix(url, self.api_bases)
 
-    def _answer(self, request: httpx.Request, prefix: str) -> httpx.Response:
+    def answer(self, request: httpx.Request, prefix: str) -> httpx.Response:
+        """Answer a QStash API request whose path starts with ``prefix`` (taken off first),
+        and record the call: what httpx's and httpx2's interception both end in."""
         if prefix:
             raw = request.url.raw_path[len(prefix) :] or b"/"
             request = httpx.Request(
@@ -80,14 +82,14 @@ class QStashRouter(respx.MockRouter):
         if prefix is None:
             raise self._decline(request)
         request.read()
-        return self._answer(request, prefix)
+        return self.answer(request, prefix)
 
     async def async_handler(self, request: httpx.Request) -> httpx.Response:
         prefix = self._prefix(request)
         if prefix is None:
             raise self._decline(request)
         await request.aread()
-        return self._answer(request, prefix)
+        return self.answer(request, prefix)
 
     def _decline(self, request: httpx.Request) -> Exception:
         # A router after us on the same mocker decides for itself; last, we step aside and
@@ -111,7 +113,7 @@ class NetworkGuard(QStashRouter):
     matching the call and for loopback hosts (pytest-httpx's mocks answer before it)."""
 
     def __init__(self, using: str = "httpcore") -> None:
-        super().__init__(self._refuse, [], using=using)
+        super().__init__(self.refuse, [], using=using)
         #: What was stopped since the plugin last reported it (as a warning, at teardown:
         #: a warning raised here, under ``-W error``, would be retried by the SDK).
         self.refused: list[str] = []
@@ -142,7 +144,8 @@ class NetworkGuard(QStashRouter):
         # given, though no fake is active now to say so.
         return hosts.qstash_prefix(url, hosts.declared())
 
-    def _refuse(self, request: httpx.Request) -> httpx.Response:
+    def refuse(self, request: httpx.Request) -> httpx.Response:
+        """Stop a QStash call no fake answered: a 503 naming the fix, kept in ``refused``."""
         path = request.url.raw_path.decode("ascii").partition("?")[0]
         message = (
             f"pytest-qstash: {request.method} {path} reached QStash while no fake was active, "

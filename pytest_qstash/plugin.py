@@ -254,7 +254,7 @@ def _settings(request: pytest.FixtureRequest) -> dict[str, Any]:
 
 def _strict_teardown_problem(fake: FakeQStash) -> str | None:
     """What a test left behind that ``strict_teardown`` fails it for, or None."""
-    due, unread = fake._due_now(), fake._unread_dlq()
+    due, unread = fake.left_behind()
     if not due and not unread:
         return None
     lines = [

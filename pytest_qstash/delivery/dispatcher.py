@@ -5,8 +5,16 @@ The scheduler decides what is due (``Scheduler.pop_work``) and the store what ha
 ``answered``, ``end_attempt``: cron firings, flow-control wakes, retries, the DLQ, callbacks);
 the dispatcher signs, sends, and reports what the app answered. One step is split in two,
 ``next_job`` (the next attempt to make, its signed request built, or to end) and ``answered`` /
-``finish``, so the sync and async loops share everything but the line that sends. An attempt
-whose handler takes virtual time is called at its start and finished by its end event, later.
+``finish``. An attempt whose handler takes virtual time is called at its start and finished by
+its end event, later.
+
+``DeliveryLoop`` is the one loop over those steps, with the rules every runner shares (the
+loop guard, the cause of what an app publishes, putting back what did not happen, settling the
+clock); three runners drive it, each a few lines: ``Dispatcher.run`` (one attempt at a time,
+the test's thread), ``Dispatcher.arun`` (the same on an event loop) and the server's
+concurrent one (``server/deliveries.py``: rounds of attempts at one virtual instant, or each
+attempt answered when it comes on the real clock). The fake's async moves deliver through an
+``AsyncRunner``: the dispatcher in-process, the server's in a server.
 
 Functions on the delivery path set ``__tracebackhide__``: pytest then shows a failed
 delivery from the test's call straight to the app's frame (or our error).
@@ -19,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from types import TracebackType
+from typing import Protocol
 
 import httpx
 
@@ -53,6 +62,13 @@ class Job:
     @property
     def message(self) -> Message:
         return self.attempt.message
+
+
+class AsyncRunner(Protocol):
+    """What the fake's async moves (``atick``, ``aadvance``, ``adrain``, ...) deliver through:
+    deliver what is due up to a moment (unix ms), return the deliveries made, in order."""
+
+    async def arun(self, until_ms: int) -> list[Delivery]: ...
 
 
 @dataclass
@@ -95,11 +111,11 @@ class Dispatcher:
         # Parsed destination URLs: parsing is half the cost of building a delivery request.
         self._urls: dict[str, httpx.URL] = {}
         #: The message whose app is being called: an API call the app makes meanwhile is
-        #: caused by it (the facade passes it to ``api.handle``). The server's concurrent
-        #: runner sets it to its best guess among the attempts it has in flight.
+        #: caused by it (the facade passes it to ``api.handle``). The ``DeliveryLoop`` keeps
+        #: it, among the attempts it has in flight (several in the server).
         self.cause: Message | None = None
 
-    # -- the loop, and its runners ---------------------------------------------------------
+    # -- the loop's two in-process runners -------------------------------------------------
     def run(self, until_ms: int) -> list[Delivery]:
         """Deliver what is due up to ``until_ms``, one attempt at a time."""
         __tracebackhide__ = True
@@ -109,8 +125,8 @@ class Dispatcher:
                 try:
                     outcome = self.sender.send(job.request)
                 except Unrouted as exc:
-                    outcome = loop.unrouted(exc)
-                loop.answer(outcome)
+                    outcome = loop.unrouted(job, exc)
+                loop.answer(job, outcome)
         return loop.made
 
     async def arun(self, until_ms: int) -> list[Delivery]:
@@ -122,14 +138,19 @@ class Dispatcher:
                 try:
                     outcome = await self.sender.asend(job.request)
                 except Unrouted as exc:
-                    outcome = loop.unrouted(exc)
-                loop.answer(outcome)
+                    outcome = loop.unrouted(job, exc)
+                loop.answer(job, outcome)
         return loop.made
 
-    def _enter(self) -> None:
+    def begin_run(self) -> None:
+        """A run (a ``DeliveryLoop`` up to a moment) starts; one already under way refuses
+        it: runs do not nest."""
         __tracebackhide__ = True
         self.refuse_reentry()
         self._running = True
+
+    def end_run(self) -> None:
+        self._running = False
 
     def refuse_reentry(self) -> None:
         """Refuse a tick()/advance() from inside a delivery; the fake checks this before it
@@ -319,58 +340,44 @@ class Dispatcher:
 
 
 class DeliveryLoop:
-    """One delivery loop up to a moment, whatever sends: iterating it gives each attempt whose
-    app must be called (attempts that end with no call are ended on the way), ``answer`` gives
-    it the app's outcome. While the app is called, the dispatcher names the message as the
-    cause of what the app publishes. Leaving it by an exception (a cancellation, Ctrl-C) puts
-    back the attempt being made: it did not happen."""
+    """The one delivery loop, whatever sends and however many attempts it has in flight.
 
-    def __init__(self, dispatcher: Dispatcher, until_ms: int) -> None:
+    A runner takes attempts from it (``next``, or iterating it: one at a time; ``round``:
+    every attempt that may start at the next due instant; ``due``: every one that may start
+    by a moment), calls their apps, and hands each answer back (``answer``; ``unrouted`` when
+    nothing could answer). Attempts that end with no call (a handler's virtual time run out)
+    are ended on the way. The loop keeps the rules every runner shares: the loop guard (in
+    ``Dispatcher.next_job``), the cause of what an app publishes meanwhile (the newest
+    attempt in flight, preferring one not from a schedule), putting back what did not happen
+    (``abandon``; leaving the loop by an exception, a cancellation or Ctrl-C, puts back every
+    attempt still in flight), and settling the clock at the end.
+
+    Built with a moment (``DeliveryLoop(dispatcher, until_ms)``, used as a context manager),
+    it is one run up to that moment: runs do not nest, and the deliveries made are kept in
+    ``made``. Built with ``DeliveryLoop.open`` it is the real clock's: never entered, no end,
+    no bound per call, nothing kept; each answer's delivery is returned by ``answer``."""
+
+    def __init__(self, dispatcher: Dispatcher, until_ms: int | None) -> None:
         self._dispatcher = dispatcher
         self._until_ms = until_ms
-        self._job: Job | None = None
-        #: The deliveries made, in order.
+        #: Attempts in flight (their apps called, not answered yet), in the order they
+        #: started; keyed by identity.
+        self._flights: dict[int, Job] = {}
+        #: The deliveries made, in order (a run's; the open loop keeps none).
         self.made: list[Delivery] = []
 
+    @classmethod
+    def open(cls, dispatcher: Dispatcher) -> DeliveryLoop:
+        """The real clock's loop: attempts start as they become due and each answer is
+        applied when it comes, for as long as the server runs."""
+        return cls(dispatcher, None)
+
+    # -- a run ------------------------------------------------------------------------------
     def __enter__(self) -> DeliveryLoop:
         __tracebackhide__ = True
-        self._dispatcher._enter()
+        assert self._until_ms is not None, "the open loop is never entered: it has no end"
+        self._dispatcher.begin_run()
         return self
-
-    def __iter__(self) -> DeliveryLoop:
-        return self
-
-    def __next__(self) -> Job:
-        __tracebackhide__ = True
-        dispatcher = self._dispatcher
-        while (job := dispatcher.next_job(self._until_ms, len(self.made))) is not None:
-            if job.request is None:
-                self.made.append(dispatcher.finish(job.attempt))
-                continue
-            self._job, dispatcher.cause = job, job.message
-            job.duration_ms = dispatcher.handler_times.duration_ms(job.request)
-            return job
-        raise StopIteration
-
-    def answer(self, outcome: Outcome) -> None:
-        """The app answered the attempt last given (or it failed without an answer)."""
-        __tracebackhide__ = True
-        job, self._job = self._job, None
-        assert job is not None
-        self._dispatcher.cause = None
-        if (delivery := self._dispatcher.answered(job, outcome)) is not None:
-            self.made.append(delivery)
-
-    def unrouted(self, exc: Unrouted) -> Outcome:
-        """Nothing could answer the attempt last given: its outcome, or ``UnroutedDeliveryError``
-        (strict routing; the attempt is put back)."""
-        __tracebackhide__ = True
-        job, self._job = self._job, None
-        assert job is not None
-        self._dispatcher.cause = None
-        outcome = self._dispatcher.unrouted(job, exc)
-        self._job = job  # answered next
-        return outcome
 
     def __exit__(
         self,
@@ -380,10 +387,134 @@ class DeliveryLoop:
     ) -> None:
         __tracebackhide__ = True
         dispatcher = self._dispatcher
-        dispatcher.cause = None
-        dispatcher._running = False
+        dispatcher.end_run()
         if exc_type is not None:
-            if self._job is not None:
-                dispatcher.abandon(self._job)  # cut short: the attempt did not happen
-            return
-        dispatcher.settle(self._until_ms)
+            self.abandon_all()  # cut short: the attempts in flight did not happen
+        dispatcher.cause = None
+        if exc_type is None and self._until_ms is not None:
+            dispatcher.settle(self._until_ms)
+
+    # -- taking attempts --------------------------------------------------------------------
+    def __iter__(self) -> DeliveryLoop:
+        return self
+
+    def __next__(self) -> Job:
+        __tracebackhide__ = True
+        job = self.next()
+        if job is None:
+            raise StopIteration
+        return job
+
+    def next(self) -> Job | None:
+        """The next attempt whose app must be called (up to the run's moment), or None."""
+        __tracebackhide__ = True
+        return self._next(self._bound())
+
+    def round(self) -> list[Job]:
+        """Every attempt that may start at the next due instant (up to the run's moment), in
+        due order (ties in publish order); the clock stays at that instant. Empty when
+        nothing more is due."""
+        __tracebackhide__ = True
+        first = self._next(self._bound())
+        if first is None:
+            return []
+        return [first, *self._take(self._dispatcher.clock.now_ms)]
+
+    def due(self, until_ms: int) -> list[Job]:
+        """Every attempt that may start by ``until_ms``, in due order."""
+        __tracebackhide__ = True
+        return self._take(until_ms)
+
+    def _bound(self) -> int:
+        assert self._until_ms is not None, "the open loop takes attempts with due()"
+        return self._until_ms
+
+    def _take(self, until_ms: int) -> list[Job]:
+        __tracebackhide__ = True
+        taken: list[Job] = []
+        try:
+            while (job := self._next(until_ms)) is not None:
+                taken.append(job)
+        except BaseException:
+            # The loop guard stopped a runaway cascade: what was taken did not happen.
+            for job in taken:
+                self.abandon(job)
+            raise
+        return taken
+
+    def _next(self, until_ms: int) -> Job | None:
+        __tracebackhide__ = True
+        dispatcher = self._dispatcher
+        while (job := dispatcher.next_job(until_ms, self._count())) is not None:
+            if job.request is None:
+                self._keep(dispatcher.finish(job.attempt))
+                continue
+            self._flights[id(job)] = job
+            self._point_cause()
+            job.duration_ms = dispatcher.handler_times.duration_ms(job.request)
+            return job
+        return None
+
+    # -- answers ----------------------------------------------------------------------------
+    def answer(self, job: Job, outcome: Outcome) -> Delivery | None:
+        """The app answered ``job`` (or it failed without an answer): the delivery made, or
+        None while the attempt stays in flight until its end (a handler taking virtual
+        time)."""
+        __tracebackhide__ = True
+        self._land(job)
+        delivery = self._dispatcher.answered(job, outcome)
+        if delivery is not None:
+            self._keep(delivery)
+        return delivery
+
+    def unrouted(self, job: Job, exc: Unrouted) -> Outcome:
+        """Nothing could answer ``job``: its outcome, to ``answer`` next, or
+        ``UnroutedDeliveryError`` (strict routing; the attempt is put back)."""
+        __tracebackhide__ = True
+        try:
+            return self._dispatcher.unrouted(job, exc)
+        except BaseException:
+            self._land(job)  # put back already
+            raise
+
+    def abandon(self, job: Job) -> None:
+        """``job`` was cut short by what is no app error (a cancellation, a reset, a
+        shutdown, KeyboardInterrupt): the attempt did not happen; the message is due again."""
+        self._land(job)
+        self._dispatcher.abandon(job)
+
+    def abandon_all(self) -> None:
+        """Every attempt in flight did not happen. They are put back in the order they
+        started, so they are due again in the order they were due."""
+        for job in list(self._flights.values()):
+            self.abandon(job)
+
+    # -- shared rules -----------------------------------------------------------------------
+    def _count(self) -> int:
+        """What the bound per call counts: the deliveries made and started (a run's)."""
+        if self._until_ms is None:
+            return 0
+        return len(self.made) + len(self._flights)
+
+    def _keep(self, delivery: Delivery) -> None:
+        if self._until_ms is not None:
+            self.made.append(delivery)
+
+    def _land(self, job: Job) -> None:
+        if self._flights.pop(id(job), None) is not None:
+            self._point_cause()
+
+    def _point_cause(self) -> None:
+        """What an app publishes while attempts are in flight is caused by the one being
+        made; with several in flight (the server), by the newest, preferring one not from a
+        schedule (a drain never skips it then): what the loop guard and ``drain`` read. Over
+        HTTP a publish cannot be told from which delivery (if any) made it. With none in
+        flight, it is nobody's."""
+        chosen = None
+        for job in reversed(self._flights.values()):
+            if chosen is None:
+                chosen = job.message
+            if not job.message.from_schedule:
+                chosen = job.message
+                break
+        self._dispatcher.cause = chosen

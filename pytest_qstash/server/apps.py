@@ -105,13 +105,16 @@ class AppProcess:
             sock.close()  # the child holds its own copy
         started = cls(process, url, log)
         try:
-            started._wait_ready(ready_path, timeout)
+            started.wait_ready(ready_path, timeout)
         except BaseException:
             started.stop()
             raise
         return started
 
-    def _wait_ready(self, path: str, timeout: float) -> None:
+    def wait_ready(self, path: str = "/", timeout: float = 30.0) -> None:
+        """Wait until the app answers ``GET path`` (any status); ``RuntimeError`` with its
+        output if it exits or does not answer within ``timeout`` seconds (``start`` waits so
+        before it returns)."""
         deadline = time.monotonic() + timeout
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         while True:

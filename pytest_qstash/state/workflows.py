@@ -210,10 +210,38 @@ class WorkflowRun:
         ``toCallback``, ``fromCallback``, ``failureCall``), in publish order."""
         return [(member.message, member.call_type) for member in self._members]
 
-    def add_message(self, message: Message, call_type: str) -> None:
-        """Append a message to the run's list, nothing else: how a copy of a run read back
-        from the server's JSON is built (the run table's ``adopt`` also indexes it)."""
+    def add_message(self, message: Message, call_type: str) -> int:
+        """Append a message to the run's list, nothing else (how a copy of a run read back
+        from the server's JSON is built; the run table also indexes it); returns its
+        position."""
         self._members.append(RunMember(message, call_type, _entry_json(message, call_type)))
+        return len(self._members) - 1
+
+    def call_type_at(self, position: int) -> str:
+        """The call type the message at ``position`` joined the run under."""
+        return self._members[position].call_type
+
+    def replace_message(self, position: int, message: Message) -> None:
+        """Put ``message`` in the place of the one at ``position``, under its call type."""
+        call_type = self._members[position].call_type
+        self._members[position] = RunMember(message, call_type, _entry_json(message, call_type))
+
+    def carry_from(self, source: WorkflowRun, position: int) -> None:
+        """Start with ``source``'s live messages before ``position`` (they stay its own)."""
+        kept = source.live_members(position)
+        self._members.extend(kept)
+        self.carried = len(kept)
+
+    def live_members(self, stop: int | None = None) -> list[RunMember]:
+        """The run's messages before position ``stop`` (all: None), each with its call type
+        and steps-array element; cancelled ones left out."""
+        members = self._members if stop is None else self._members[:stop]
+        return [m for m in members if m.message.state != "CANCELED"]
+
+    def entries_json(self, upto: int | None = None) -> list[str]:
+        """The live messages up to and including position ``upto`` (all: None) as elements
+        of a delivered steps array (compact JSON)."""
+        return [m.entry_json for m in self.live_members(None if upto is None else upto + 1)]
 
     @property
     def body(self) -> str:
@@ -393,8 +421,7 @@ class WorkflowRuns:
             )
             if opts is not None:
                 run.settings = RunSettings.of(opts)
-        self._members[message.message_id] = (run, len(run._members))
-        run._members.append(RunMember(message, tag.call_type, _entry_json(message, tag.call_type)))
+        self._members[message.message_id] = (run, run.add_message(message, tag.call_type))
         return run.active or tag.call_type == FAILURE_CALL
 
     def replace_dead_letter(self, failed: Message, copy: Message, entry: DlqEntry) -> None:
@@ -405,10 +432,7 @@ class WorkflowRuns:
         if found is None:
             return
         run, position = found
-        member = run._members[position]
-        run._members[position] = RunMember(
-            copy, member.call_type, _entry_json(copy, member.call_type)
-        )
+        run.replace_message(position, copy)
         self._members[copy.message_id] = (run, position)
         copy.workflow_run_id = run.run_id
         if run.state == "RUN_FAILED" and run.dlq_id == entry.dlq_id:
@@ -435,14 +459,11 @@ class WorkflowRuns:
     def carry(self, run: WorkflowRun, source: WorkflowRun, position: int) -> None:
         """Start ``run`` with ``source``'s live messages before ``position``: a resumed run's
         deliveries replay them as steps already done (they stay ``source``'s messages)."""
-        kept = [m for m in source._members[:position] if m.message.state != "CANCELED"]
-        run._members.extend(kept)
-        run.carried = len(kept)
+        run.carry_from(source, position)
 
     def adopt(self, run: WorkflowRun, message: Message, call_type: str) -> None:
         """Make a message the engine published (not the app) the run's next one."""
-        self._members[message.message_id] = (run, len(run._members))
-        run._members.append(RunMember(message, call_type, _entry_json(message, call_type)))
+        self._members[message.message_id] = (run, run.add_message(message, call_type))
         message.workflow_run_id = run.run_id
 
     def position(self, message: Message) -> int:
@@ -451,19 +472,18 @@ class WorkflowRuns:
 
     def call_type(self, message: Message) -> str:
         run, position = self._members[message.message_id]
-        return run._members[position].call_type
+        return run.call_type_at(position)
 
     def forget(self, run: WorkflowRun) -> list[Message]:
         """Drop a run that ended (retention): it leaves the table, and so do the messages it
         owns; returns them. Messages a resumed run carried over stay their own run's."""
         self.runs.pop(run.run_id, None)
         owned: list[Message] = []
-        for member in run._members:
-            message_id = member.message.message_id
-            found = self._members.get(message_id)
+        for message in run.messages:
+            found = self._members.get(message.message_id)
             if found is not None and found[0] is run:
-                del self._members[message_id]
-                owned.append(member.message)
+                del self._members[message.message_id]
+                owned.append(message)
         return owned
 
     # -- delivering -------------------------------------------------------------------------
@@ -473,27 +493,18 @@ class WorkflowRuns:
         if found is None:
             return None
         run, position = found
-        return run, run._members[position].call_type
+        return run, run.call_type_at(position)
 
     def steps_body(self, message_id: str) -> bytes:
         """The body of a ``step`` delivery: a JSON array of the run's messages up to and
         including this one (cancelled ones left out), each ``{messageId, body: <standard,
         padded base64>, callType}``."""
         run, position = self._members[message_id]
-        entries = [
-            member.entry_json
-            for member in run._members[: position + 1]
-            if member.message.state != "CANCELED"
-        ]
-        return ("[" + ",".join(entries) + "]").encode()
+        return ("[" + ",".join(run.entries_json(position)) + "]").encode()
 
     def raw_steps(self, run: WorkflowRun) -> list[dict[str, Any]]:
         """Every live message of the run as a steps-array element (the lazy fetch)."""
-        return [
-            json.loads(member.entry_json)
-            for member in run._members
-            if member.message.state != "CANCELED"
-        ]
+        return [json.loads(entry) for entry in run.entries_json()]
 
     # -- ending -----------------------------------------------------------------------------
     def succeed(self, run: WorkflowRun, now_ms: int, response: str | None = None) -> None:
