@@ -486,6 +486,15 @@ class Store:
             raise DailyQuotaExceeded(self.plan.name, limit, used, day_start + DAY_MS)
         self._published_day = (day_start, used + count)
 
+    def succeed_run(self, run: WorkflowRun, response: str | None = None) -> None:
+        """The app reported that a run's route returned (``response``: what it returned)."""
+        self.workflows.succeed(run, self.clock.now_ms, response)
+
+    def cancel_run(self, run: WorkflowRun) -> None:
+        """Cancel an active run, and its messages still owed a delivery with it."""
+        for message in self.workflows.cancel(run, self.clock.now_ms):
+            self.cancel(message)
+
     def end_refused_runs(self, run_ids: Iterable[str], reason: str) -> None:
         """The API refused a step publish of these runs (``reason``): the SDK takes that
         answer for a cancel and stops, so each active one ends RUN_FAILED, the reason kept,
