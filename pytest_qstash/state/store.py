@@ -408,11 +408,10 @@ class Store:
         """Put back an attempt that could not be made (nothing to deliver it to, or cut
         short); the log forgets the ACTIVE it was started with, as no attempt happened."""
         message = attempt.message
-        if message.state == "CANCELED":
-            # Cancelled while its app was being called: the cancel stands, the slots go.
-            self._release_slots(attempt)
-            return
-        message.put_back(attempt.previous_state)
+        # Cancelled while its app was being called: the cancel stands (it is not due again).
+        cancelled = message.state == "CANCELED"
+        if not cancelled:
+            message.put_back(attempt.previous_state)
         for position in range(len(self.events) - 1, -1, -1):
             event = self.events[position]
             if event.message_id == message.message_id:
@@ -423,7 +422,8 @@ class Store:
             flow = self.flow_keys[attempt.flow_key]
             flow.rate_count = max(0, flow.rate_count - 1)  # it never started
         self._release_slots(attempt)
-        self._plan_delivery(message, self.clock.now_ms)
+        if not cancelled:
+            self._plan_delivery(message, self.clock.now_ms)
 
     def finish_attempt(self, message: Message, result: AttemptResult) -> DlqEntry | None:
         """Record an attempt's outcome; schedule the retry or fail for good (into the DLQ)."""
