@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -14,12 +15,19 @@ from pytest_qstash.state.account import Account
 from pytest_qstash.state.attempts import Attempt, AttemptResult
 from pytest_qstash.state.clock import VirtualClock
 from pytest_qstash.state.ids import IdGenerator
-from pytest_qstash.state.models import DlqEntry, Message, MessageOptions, Waiter
+from pytest_qstash.state.models import (
+    DlqEntry,
+    InvalidTransition,
+    Message,
+    MessageOptions,
+    Waiter,
+)
 from pytest_qstash.state.plans import PLANS, DailyQuotaExceeded, Plan
 from pytest_qstash.state.scheduler import Scheduler
 from pytest_qstash.state.schedules import CronExpression
 from pytest_qstash.state.store import Store
 from pytest_qstash.state.trigger import trigger_run
+from pytest_qstash.state.workflows import WorkflowRun
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 URL = "https://app.test/hook"
@@ -228,3 +236,165 @@ def test_a_refused_step_ends_its_run() -> None:
     assert run.state == "RUN_FAILED"
     assert run.refused == ["POST /v2/batch answered 400: bad"]
     assert init.state == "CANCELED"
+
+
+# -- the models' transitions ----------------------------------------------------------------
+def answer(status: int) -> AttemptResult:
+    return AttemptResult(status, httpx.Headers({"x-answer": str(status)}), b"body")
+
+
+def test_a_message_transition_returns_the_entry_the_store_logs() -> None:
+    store, _ = engine()
+    message = publish(store, MessageOptions(retries=2))
+    assert [e.state for e in store.events] == ["CREATED"]
+
+    started = store.start_attempt(message)
+    assert (message.state, started.previous_state) == ("ACTIVE", "CREATED")
+    active = store.events[-1]
+    assert (active.state, active.message) == ("ACTIVE", message)
+
+    logged = len(store.events)
+    failed = answer(503)
+    error = message.error(failed, START_MS + 5)
+    assert message.state == "ACTIVE"  # an error is logged; the outcome is still to come
+    assert (error.state, error.time_ms, error.response_status) == ("ERROR", START_MS + 5, 503)
+    assert error.response_content is failed.content
+    assert error.error == "the endpoint answered 503"
+    retry = message.retry(START_MS + 9_000, START_MS + 5)
+    assert (message.state, message.retried, message.not_before_ms) == (
+        "RETRY",
+        1,
+        START_MS + 9_000,
+    )
+    assert (retry.state, retry.next_delivery_ms) == ("RETRY", START_MS + 9_000)
+    assert len(store.events) == logged  # the model returns its entries; it logs nothing
+
+
+@pytest.mark.parametrize(
+    ("transition", "state"),
+    [
+        (lambda m: m.succeed(answer(200), START_MS), "CREATED"),
+        (lambda m: m.fail(answer(500), START_MS), "CREATED"),
+        (lambda m: m.retry(START_MS + 1, START_MS), "CREATED"),
+        (lambda m: m.redeliver(START_MS), "CREATED"),
+        (lambda m: m.start(START_MS), "DELIVERED"),
+        (lambda m: m.cancel(START_MS), "DELIVERED"),
+        (lambda m: m.run_now(START_MS), "DELIVERED"),
+        (lambda m: m.put_back("CREATED"), "DELIVERED"),
+    ],
+)
+def test_a_transition_the_state_does_not_allow_is_refused_and_changes_nothing(
+    transition: Callable[[Message], object], state: str
+) -> None:
+    store, scheduler = engine()
+    message = publish(store)
+    if state == "DELIVERED":
+        attempt(store, scheduler, 200)
+    assert message.state == state
+    before = (message.retried, message.not_before_ms, len(store.events))
+    with pytest.raises(InvalidTransition, match=f"it is {state}"):
+        transition(message)
+    assert message.state == state
+    assert (message.retried, message.not_before_ms, len(store.events)) == before
+
+
+def test_a_delivered_message_is_delivered_again_and_a_pending_one_is_not() -> None:
+    store, scheduler = engine()
+    message = publish(store, MessageOptions(delay_ms=60_000))
+    with pytest.raises(ValueError, match="only a DELIVERED message is delivered again"):
+        store.redeliver(message)
+    attempt(store, scheduler, 200, START_MS + 60_000)
+    store.clock.move_to(START_MS + 120_000)
+    store.redeliver(message)
+    assert (message.state, message.not_before_ms) == ("CREATED", START_MS + 120_000)
+    assert scheduler.due_now() == [message]
+    attempt(store, scheduler, 200)
+    assert states(store, message) == ["CREATED", "ACTIVE", "DELIVERED", "ACTIVE", "DELIVERED"]
+
+
+def test_a_message_in_flight_cannot_be_run_now() -> None:
+    store, scheduler = engine()
+    message = publish(store)
+    work = scheduler.pop_work(START_MS)
+    assert work is message
+    started = store.start_attempt(message)
+    assert not store.answered(started, answer(200), 30_000)  # in flight for 30 s
+    with pytest.raises(InvalidTransition, match="cannot run now: it is ACTIVE"):
+        store.run_now(message)
+    assert scheduler.next_due_ms() == START_MS + 30_000  # only its end is due
+
+
+def test_an_attempt_put_back_restores_the_state_it_started_from() -> None:
+    store, scheduler = engine()
+    message = publish(store, MessageOptions(retries=1))
+    attempt(store, scheduler, 500)
+    assert message.state == "RETRY"
+    retry_ms = message.not_before_ms
+    work = scheduler.pop_work(retry_ms)
+    assert work is message
+    store.requeue(store.start_attempt(message))
+    assert message.state == "RETRY"
+    assert states(store, message)[-1] == "RETRY"  # the ACTIVE of no attempt is forgotten
+    assert scheduler.due_now() == [message]
+
+
+def test_an_attempt_abandoned_after_its_message_was_cancelled_leaves_it_cancelled() -> None:
+    store, scheduler = engine()
+    message = publish(store)
+    work = scheduler.pop_work(START_MS)
+    assert work is message
+    started = store.start_attempt(message)  # its app is being called...
+    assert store.cancel(message)  # ...and cancels it, then the call is cut short
+    store.requeue(started)
+    assert message.state == "CANCELED"
+    assert store.in_flight == {}
+    assert scheduler.next_due_ms() is None  # never delivered again
+    assert not store.cancel(message)  # cancelling what is done does nothing
+
+
+def _run(store: Store) -> WorkflowRun:
+    run = store.workflows.get(trigger_run(store, "https://app.test/workflow"))
+    assert run is not None
+    return run
+
+
+def test_a_run_that_ended_cannot_end_again() -> None:
+    store, _ = engine()
+    run = _run(store)
+    store.succeed_run(run, "done")
+    assert (run.state, run.response, run.completed_ms) == ("RUN_SUCCESS", "done", START_MS)
+    with pytest.raises(InvalidTransition, match="it is RUN_SUCCESS"):
+        run.cancel(START_MS)
+    with pytest.raises(InvalidTransition, match="it is RUN_SUCCESS"):
+        run.fail(START_MS, "dlq")
+    with pytest.raises(InvalidTransition, match="cannot be resumed: it is RUN_SUCCESS"):
+        run.resume()
+    assert run.state == "RUN_SUCCESS"
+    # A refused step of a run that ended is kept for the report, and ends nothing.
+    assert run.refuse("POST /v2/publish answered 400: late", START_MS) == []
+    assert (run.state, run.refused) == ("RUN_SUCCESS", ["POST /v2/publish answered 400: late"])
+
+
+def test_a_cancelled_run_cancels_what_it_still_owes() -> None:
+    store, scheduler = engine()
+    run = _run(store)
+    [init] = run.messages
+    store.cancel_run(run)
+    assert (run.state, run.completed_ms) == ("RUN_CANCELED", START_MS)
+    assert init.state == "CANCELED"
+    assert scheduler.next_due_ms() is None
+
+
+def test_a_run_failed_by_a_dead_letter_runs_again_when_it_is_retried() -> None:
+    store, scheduler = engine()
+    run_id = trigger_run(store, "https://app.test/workflow", retries=0, failure_url=False)
+    run = store.workflows.get(run_id)
+    assert run is not None
+    _, entry = attempt(store, scheduler, 500)
+    assert entry is not None
+    assert (run.state, run.dlq_id, run.completed_ms) == ("RUN_FAILED", entry.dlq_id, START_MS)
+
+    again = store.retry_dlq_entry(entry.dlq_id)
+    assert (run.state, run.dlq_id, run.completed_ms) == ("RUN_STARTED", None, None)
+    assert run.messages == [again]  # the copy took the failed message's place
+    assert store.workflows.steps_body(again.message_id).count(b"messageId") == 1

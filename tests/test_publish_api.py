@@ -673,6 +673,21 @@ def test_run_now_releases_a_delayed_message(qstash: FakeQStash, client: QStash) 
     assert raw("POST", f"/v2/messages/{message_id}/retry").status_code == 404
 
 
+def test_run_now_refuses_a_message_being_delivered(qstash: FakeQStash, client: QStash) -> None:
+    hits: list[str] = []
+    qstash.mount("https://slow.test", lambda request: hits.append(request.url.path), duration=30)
+    message_id = client.message.publish(url="https://slow.test/job").message_id
+    assert qstash.tick() == []  # called now, answering in 30 s
+
+    response = raw("POST", f"/v2/messages/{message_id}/retry")
+
+    assert response.status_code == 400
+    assert "is being delivered" in response.json()["error"]
+    [delivery] = qstash.advance("30s")  # the one attempt ends, and no second one starts
+    assert (delivery.message_id, hits) == (message_id, ["/job"])
+    assert qstash.drain() == []
+
+
 def test_webhook_mode_reads_options_from_the_query_and_forwards_headers(
     qstash: FakeQStash,
 ) -> None:

@@ -28,6 +28,10 @@ def run_message_now(store: Store, request: httpx.Request, message_id: str) -> ht
             f"message {message_id} is in queue {message.queue}: queued "
             "messages are delivered in order and cannot be run now",
         )
+    if message.state == "ACTIVE":
+        raise ApiError(
+            400, f"message {message_id} is being delivered: it cannot be run now as well"
+        )
     store.run_now(message)
     return json_response({"messageId": message_id})
 

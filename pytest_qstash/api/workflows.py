@@ -96,10 +96,10 @@ def end_run(store: Store, request: httpx.Request, run_id: str) -> httpx.Response
     if run is None or not run.active:
         raise ApiError(404, NOT_FOUND)
     if cancel:
-        _cancel(store, run)
+        store.cancel_run(run)
     else:
         text = request.content.decode("utf-8", errors="replace")
-        store.workflows.succeed(run, store.clock.now_ms, text)
+        store.succeed_run(run, text)
     return empty_response(200)
 
 
@@ -138,7 +138,7 @@ def cancel_runs(store: Store, request: httpx.Request) -> httpx.Response:
     cancelled = 0
     for run in dict.fromkeys(targets):  # a run named twice is cancelled once
         if run.active and cancelled < limit:
-            _cancel(store, run)
+            store.cancel_run(run)
             cancelled += 1
     return json_response({"cancelled": cancelled})
 
@@ -191,11 +191,6 @@ def list_logs(store: Store, request: httpx.Request) -> httpx.Response:
 
 
 # -- internals ------------------------------------------------------------------------------
-def _cancel(store: Store, run: WorkflowRun) -> None:
-    for message in store.workflows.cancel(run, store.clock.now_ms):
-        store.cancel(message)
-
-
 def _matches(run: WorkflowRun, filters: Filters, exact: bool) -> bool:
     if "workflowRunId" in filters and run.run_id not in filters["workflowRunId"]:
         return False

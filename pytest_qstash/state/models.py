@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import httpx
 
@@ -23,6 +23,30 @@ FINAL_STATES: frozenset[str] = frozenset({"DELIVERED", "FAILED", "CANCELED"})
 #: What a delivery carries: a message the app (or the test) published, or a (failure)
 #: callback QStash sends about one.
 DeliveryKind = Literal["message", "callback", "failure_callback"]
+
+
+class InvalidTransition(ValueError):
+    """A message or a workflow run was asked to go where its state does not lead (a
+    ``ValueError``): delivered again while still pending, say, or resumed while running."""
+
+
+class Answer(Protocol):
+    """What an attempt's end reports (``attempts.AttemptResult``), as the log reads it."""
+
+    @property
+    def status(self) -> int | None: ...
+
+    @property
+    def headers(self) -> httpx.Headers: ...
+
+    @property
+    def content(self) -> bytes: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+    @property
+    def non_retryable(self) -> bool: ...
 
 
 #: The last moment a ``datetime`` can hold (9999-12-31T23:59:59.999Z): nothing is due later.
@@ -352,11 +376,134 @@ class Message:
             return "message"
         return "failure_callback" if self.is_failure_callback else "callback"
 
+    # -- transitions: each checks it is allowed, and returns what it logs ------------------
+    def created(self, now_ms: int) -> Event:
+        """The log entry of its publish at ``now_ms``: CREATED, with when it is due if later."""
+        self._require("be created", _NEW)
+        due = self.not_before_ms
+        return self._event("CREATED", now_ms, next_delivery_ms=due if due > now_ms else None)
+
+    def start(self, now_ms: int) -> Event:
+        """An attempt starts: CREATED or RETRY to ACTIVE, until the attempt ends."""
+        self._require("start an attempt", _STARTABLE)
+        self.state = "ACTIVE"
+        return self._event("ACTIVE", now_ms)
+
+    def put_back(self, previous: MessageState) -> None:
+        """An attempt started that could not be made: back to the state it started from
+        (the store forgets the ACTIVE entry; nothing is logged)."""
+        self._require("be put back", _ATTEMPTING)
+        if previous not in _STARTABLE:
+            raise InvalidTransition(
+                f"message {self.message_id} cannot be put back to {previous}: an attempt "
+                f"starts from {_names(_STARTABLE)}"
+            )
+        self.state = previous
+
+    def succeed(self, answer: Answer, now_ms: int) -> Event:
+        """Its attempt was answered with success: DELIVERED."""
+        self._require("be delivered", _ATTEMPTING)
+        self.state = "DELIVERED"
+        return self._event("DELIVERED", now_ms, answer)
+
+    def error(self, answer: Answer, now_ms: int) -> Event:
+        """Its attempt failed (an error status, no answer): logged ERROR; it stays ACTIVE
+        until it is retried (``retry``) or fails for good (``fail``)."""
+        self._require("log an error", _ATTEMPTING)
+        return self._event("ERROR", now_ms, answer, error=_error_text(answer))
+
+    def retry(self, due_ms: int, now_ms: int) -> Event:
+        """Its failed attempt is retried at ``due_ms``: RETRY, one more retry counted."""
+        self._require("be retried", _ATTEMPTING)
+        self.retried += 1
+        self.state = "RETRY"
+        self.not_before_ms = due_ms
+        return self._event("RETRY", now_ms, next_delivery_ms=due_ms)
+
+    def fail(self, answer: Answer, now_ms: int) -> Event:
+        """Its retries ran out (or the answer was non-retryable): FAILED."""
+        self._require("fail", _ATTEMPTING)
+        self.state = "FAILED"
+        return self._event("FAILED", now_ms, answer, error=_error_text(answer))
+
+    def cancel(self, now_ms: int) -> tuple[Event, Event]:
+        """Cancelled before its final state: CANCEL_REQUESTED, then CANCELED."""
+        self._require("be cancelled", _PENDING)
+        requested = self._event("CANCEL_REQUESTED", now_ms)
+        self.state = "CANCELED"
+        return requested, self._event("CANCELED", now_ms)
+
+    def redeliver(self, now_ms: int) -> None:
+        """Delivered once more (QStash's at-least-once delivery): DELIVERED to CREATED, due
+        at ``now_ms``, the cascade it came from over; nothing is logged until it starts."""
+        if self.state != "DELIVERED":
+            raise InvalidTransition(
+                f"cannot redeliver {self.message_id}: it is {self.state}; only a DELIVERED "
+                "message is delivered again (a pending one will be delivered anyway)"
+            )
+        self.state = "CREATED"
+        self.cascade_depth, self.from_schedule = 0, False
+        self.not_before_ms = now_ms
+
+    def run_now(self, now_ms: int) -> None:
+        """A waiting message (delayed, or between retries) is due at ``now_ms``."""
+        self._require("run now", _STARTABLE)
+        self.not_before_ms = now_ms
+
+    def _require(self, transition: str, allowed: frozenset[str]) -> None:
+        if self.state not in allowed:
+            raise InvalidTransition(
+                f"message {self.message_id} cannot {transition}: it is {self.state} "
+                f"(only from {_names(allowed)})"
+            )
+
+    def _event(
+        self,
+        state: MessageState,
+        now_ms: int,
+        answer: Answer | None = None,
+        *,
+        error: str | None = None,
+        next_delivery_ms: int | None = None,
+    ) -> Event:
+        return Event(
+            message_id=self.message_id,
+            state=state,
+            time_ms=now_ms,
+            url=self.url,
+            error=error,
+            next_delivery_ms=next_delivery_ms,
+            response_status=None if answer is None else answer.status,
+            response_headers=None if answer is None else answer.headers,
+            response_content=None if answer is None else answer.content,
+            message=self,
+        )
+
     def __repr__(self) -> str:
         return (
             f"<Message {self.message_id} {self.method} {self.url} state={self.state} "
             f"retried={self.retried}/{self.max_retries} not_before={self.not_before.isoformat()}>"
         )
+
+
+#: Where each message transition may start from.
+_NEW: frozenset[str] = frozenset({"CREATED"})
+_STARTABLE: frozenset[str] = frozenset({"CREATED", "RETRY"})
+_ATTEMPTING: frozenset[str] = frozenset({"ACTIVE"})
+_PENDING: frozenset[str] = frozenset({"CREATED", "ACTIVE", "RETRY"})
+
+
+def _names(states: frozenset[str]) -> str:
+    return " or ".join(sorted(states))
+
+
+def _error_text(answer: Answer) -> str:
+    """What the log says of a failed attempt."""
+    if answer.error:
+        return answer.error
+    if answer.non_retryable:
+        return f"non-retryable error: the endpoint answered {answer.status}"
+    return f"the endpoint answered {answer.status}"
 
 
 @dataclass(eq=False, slots=True)

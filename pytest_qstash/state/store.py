@@ -32,7 +32,7 @@ from .dlq import DeadLetters
 from .flow_control import FlowKey, FlowKeys
 from .ids import IdGenerator
 from .invocations import outcome_step
-from .models import KEPT_RESPONSE_BYTES, Delivery, DlqEntry, Event, Message, MessageState, Waiter
+from .models import KEPT_RESPONSE_BYTES, Delivery, DlqEntry, Event, Message, Waiter
 from .options import MessageOptions
 from .plans import DAY_MS, DEFAULT_PLAN, PLANS, DailyQuotaExceeded, Plan
 from .queues import Queue, Queues
@@ -185,7 +185,7 @@ class Store:
         self.queues.join(queue, message.message_id, now)
         # A key exists (and takes this message's limits) from the publish naming it.
         self.flow_keys.named(opts.flow_control, now)
-        self._log(message, "CREATED", next_delivery_ms=not_before if not_before > now else None)
+        self._record(message.created(now))
         self._plan_delivery(message, not_before)
         # Upstash Workflow: the one place a message joins its run (or starts one).
         if opts.workflow_headers and not self.workflows.track(
@@ -274,8 +274,7 @@ class Store:
         """An attempt starts now: the message is ACTIVE until the attempt ends. Until the app
         has answered, what its app publishes is caused by it (the dispatcher says so)."""
         previous = message.state
-        message.state = "ACTIVE"
-        self._log(message, "ACTIVE")
+        self._record(message.start(self.clock.now_ms))
         self._attempt_seq += 1
         fc = message.flow_control
         attempt = Attempt(
@@ -409,7 +408,10 @@ class Store:
         """Put back an attempt that could not be made (nothing to deliver it to, or cut
         short); the log forgets the ACTIVE it was started with, as no attempt happened."""
         message = attempt.message
-        message.state = attempt.previous_state
+        # Cancelled while its app was being called: the cancel stands (it is not due again).
+        cancelled = message.state == "CANCELED"
+        if not cancelled:
+            message.put_back(attempt.previous_state)
         for position in range(len(self.events) - 1, -1, -1):
             event = self.events[position]
             if event.message_id == message.message_id:
@@ -420,7 +422,8 @@ class Store:
             flow = self.flow_keys[attempt.flow_key]
             flow.rate_count = max(0, flow.rate_count - 1)  # it never started
         self._release_slots(attempt)
-        self._plan_delivery(message, self.clock.now_ms)
+        if not cancelled:
+            self._plan_delivery(message, self.clock.now_ms)
 
     def finish_attempt(self, message: Message, result: AttemptResult) -> DlqEntry | None:
         """Record an attempt's outcome; schedule the retry or fail for good (into the DLQ)."""
@@ -428,12 +431,12 @@ class Store:
             # Cancelled while this attempt was in flight (e.g. by the handler itself): the
             # attempt happened, but a cancelled message is never retried nor dead-lettered.
             return None
+        now = self.clock.now_ms
         if result.ok:
-            message.state = "DELIVERED"
-            self._log(message, "DELIVERED", result=result)
+            self._record(message.succeed(result, now))
             self._finished(message)
             return None
-        self._log(message, "ERROR", result=result, error=_error_text(result))
+        self._record(message.error(result, now))
         if result.non_retryable or message.retried >= message.max_retries:
             return self._fail(message, result)
         try:
@@ -441,17 +444,14 @@ class Store:
                 retried=message.retried,
                 expression=message.options.retry_delay,
                 response_headers=result.headers,
-                now_ms=self.clock.now_ms,
+                now_ms=now,
             )
         except InvalidRetryDelay:
             # The expression was valid at publish but not for this value of `retried`
             # (e.g. overflow): fall back to QStash's default backoff rather than lose it.
             delay = default_backoff_ms(message.retried + 1)
-        message.retried += 1
-        message.state = "RETRY"
-        due = self.clock.now_ms + delay
-        message.not_before_ms = due
-        self._log(message, "RETRY", next_delivery_ms=due)
+        due = now + delay
+        self._record(message.retry(due, now))
         self._plan_delivery(message, due)
         return None
 
@@ -459,9 +459,7 @@ class Store:
         if message.done:
             return False
         self._generation[message.message_id] = -1  # any due event for it is now stale
-        self._log(message, "CANCEL_REQUESTED")
-        message.state = "CANCELED"
-        self._log(message, "CANCELED")
+        self._record(*message.cancel(self.clock.now_ms))
         self._global_waiting.pop(message.message_id, None)
         attempt = self.in_flight.get(message.message_id)
         if attempt is not None and attempt.ends_ms is not None:
@@ -488,6 +486,15 @@ class Store:
             raise DailyQuotaExceeded(self.plan.name, limit, used, day_start + DAY_MS)
         self._published_day = (day_start, used + count)
 
+    def succeed_run(self, run: WorkflowRun, response: str | None = None) -> None:
+        """The app reported that a run's route returned (``response``: what it returned)."""
+        self.workflows.succeed(run, self.clock.now_ms, response)
+
+    def cancel_run(self, run: WorkflowRun) -> None:
+        """Cancel an active run, and its messages still owed a delivery with it."""
+        for message in self.workflows.cancel(run, self.clock.now_ms):
+            self.cancel(message)
+
     def end_refused_runs(self, run_ids: Iterable[str], reason: str) -> None:
         """The API refused a step publish of these runs (``reason``): the SDK takes that
         answer for a cancel and stops, so each active one ends RUN_FAILED, the reason kept,
@@ -502,21 +509,16 @@ class Store:
         """Deliver a DELIVERED message again, as QStash's at-least-once delivery may: same
         id, body and headers, the same ``Upstash-Retried``, a fresh signature. It is pending
         again (CREATED) and due now; the log shows a second ACTIVE and DELIVERED."""
-        if message.state != "DELIVERED":
-            raise ValueError(
-                f"cannot redeliver {message.message_id}: it is {message.state}; only a "
-                "DELIVERED message is delivered again (a pending one will be delivered anyway)"
-            )
-        message.state = "CREATED"
-        message.cascade_depth, message.from_schedule = 0, False
-        self.queues.join(message.queue, message.message_id, self.clock.now_ms)
-        self.flow_keys.named(message.flow_control, self.clock.now_ms)
-        message.not_before_ms = self.clock.now_ms
-        self._plan_delivery(message, self.clock.now_ms)
+        now = self.clock.now_ms
+        message.redeliver(now)  # InvalidTransition (a ValueError) unless DELIVERED
+        self.queues.join(message.queue, message.message_id, now)
+        self.flow_keys.named(message.flow_control, now)
+        self._plan_delivery(message, now)
 
     def run_now(self, message: Message) -> None:
-        """Make a waiting message due now (QStash's "run now" / "retry now")."""
-        message.not_before_ms = self.clock.now_ms
+        """Make a waiting message due now (QStash's "run now" / "retry now"):
+        ``InvalidTransition`` unless it is waiting (CREATED, or RETRY)."""
+        message.run_now(self.clock.now_ms)
         self._plan_delivery(message, self.clock.now_ms)
 
     def pending(self) -> Iterable[Message]:
@@ -788,14 +790,18 @@ class Store:
         return published[0].message
 
     # -- internals --------------------------------------------------------------------------
+    def _record(self, *events: Event) -> None:
+        """Log what a message's transition returned (``Message.start``, ``fail``, ...)."""
+        for event in events:
+            self.events.append(event)
+
     def _plan_delivery(self, message: Message, due_ms: int) -> None:
         generation = self._generation.get(message.message_id, 0) + 1
         self._generation[message.message_id] = generation
         self.clock.schedule(due_ms, "deliver", message.message_id, generation)
 
     def _fail(self, message: Message, result: AttemptResult) -> DlqEntry | None:
-        message.state = "FAILED"
-        self._log(message, "FAILED", result=result, error=_error_text(result))
+        self._record(message.fail(result, self.clock.now_ms))
         self._finished(message)
         if message.workflow_run_id is not None and self.workflows.is_third_party_call(message):
             return None
@@ -805,35 +811,3 @@ class Store:
         if message.workflow_run_id is not None:
             self.workflows.message_failed(message, entry, self.clock.now_ms)
         return entry
-
-    def _log(
-        self,
-        message: Message,
-        state: MessageState,
-        *,
-        result: AttemptResult | None = None,
-        error: str | None = None,
-        next_delivery_ms: int | None = None,
-    ) -> None:
-        self.events.append(
-            Event(
-                message_id=message.message_id,
-                state=state,
-                time_ms=self.clock.now_ms,
-                url=message.url,
-                error=error,
-                next_delivery_ms=next_delivery_ms,
-                response_status=result.status if result else None,
-                response_headers=result.headers if result else None,
-                response_content=result.content if result else None,
-                message=message,
-            )
-        )
-
-
-def _error_text(result: AttemptResult) -> str:
-    if result.error:
-        return result.error
-    if result.non_retryable:
-        return f"non-retryable error: the endpoint answered {result.status}"
-    return f"the endpoint answered {result.status}"

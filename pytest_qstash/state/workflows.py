@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from .models import DlqEntry, Invoker, Message, ms_to_datetime
+from .models import DlqEntry, InvalidTransition, Invoker, Message, ms_to_datetime
 from .options import MessageOptions
 from .run_settings import RunSettings
 
@@ -211,26 +211,29 @@ class WorkflowRun:
         return [(member.message, member.call_type) for member in self._members]
 
     def add_message(self, message: Message, call_type: str) -> int:
-        """Append a message to the run's list, nothing else (how a copy of a run read back
-        from the server's JSON is built; the run table also indexes it); returns its
-        position."""
+        """Append a message to the run's list, nothing else, and return its position: how a
+        copy of a run read back from the server's JSON is built (the run table's ``track``
+        and ``adopt`` also index it)."""
         self._members.append(RunMember(message, call_type, _entry_json(message, call_type)))
         return len(self._members) - 1
 
-    def call_type_at(self, position: int) -> str:
-        """The call type the message at ``position`` joined the run under."""
-        return self._members[position].call_type
-
     def replace_message(self, position: int, message: Message) -> None:
-        """Put ``message`` in the place of the one at ``position``, under its call type."""
+        """Put ``message`` in the place of the one at ``position``, under its call type (a
+        dead letter retried takes the failed message's place)."""
         call_type = self._members[position].call_type
         self._members[position] = RunMember(message, call_type, _entry_json(message, call_type))
 
-    def carry_from(self, source: WorkflowRun, position: int) -> None:
-        """Start with ``source``'s live messages before ``position`` (they stay its own)."""
+    def carry(self, source: WorkflowRun, position: int) -> None:
+        """Start with ``source``'s live messages before ``position`` (a resumed run replays
+        them as steps already done; they stay ``source``'s messages)."""
+        if self._members:
+            raise InvalidTransition(f"workflow run {self.run_id} has begun: it carries nothing")
         kept = source.live_members(position)
         self._members.extend(kept)
         self.carried = len(kept)
+
+    def call_type_at(self, position: int) -> str:
+        return self._members[position].call_type
 
     def live_members(self, stop: int | None = None) -> list[RunMember]:
         """The run's messages before position ``stop`` (all: None), each with its call type
@@ -238,10 +241,76 @@ class WorkflowRun:
         members = self._members if stop is None else self._members[:stop]
         return [m for m in members if m.message.state != "CANCELED"]
 
-    def entries_json(self, upto: int | None = None) -> list[str]:
-        """The live messages up to and including position ``upto`` (all: None) as elements
-        of a delivered steps array (compact JSON)."""
-        return [m.entry_json for m in self.live_members(None if upto is None else upto + 1)]
+    def steps_body(self, position: int) -> bytes:
+        """A JSON array of the run's live messages up to and including ``position``, each
+        ``{messageId, body: <standard, padded base64>, callType}``."""
+        entries = [
+            member.entry_json
+            for member in self._members[: position + 1]
+            if member.message.state != "CANCELED"
+        ]
+        return ("[" + ",".join(entries) + "]").encode()
+
+    def raw_steps(self) -> list[dict[str, Any]]:
+        """Every live message of the run as a steps-array element (the lazy fetch)."""
+        return [
+            json.loads(member.entry_json)
+            for member in self._members
+            if member.message.state != "CANCELED"
+        ]
+
+    # -- transitions: each checks it is allowed ---------------------------------------------
+    def succeed(self, now_ms: int, response: str | None = None) -> None:
+        """The app reported the route's end: RUN_SUCCESS, with what it returned."""
+        self._require_active("succeed")
+        self.state = "RUN_SUCCESS"
+        self.completed_ms = now_ms
+        self.response = response or None
+
+    def fail(self, now_ms: int, dlq_id: str) -> None:
+        """A message the run cannot go on without failed into the DLQ as ``dlq_id``."""
+        self._require_active("fail")
+        self.state = "RUN_FAILED"
+        self.completed_ms = now_ms
+        self.dlq_id = dlq_id
+
+    def cancel(self, now_ms: int) -> list[Message]:
+        """Cancelled: RUN_CANCELED. Returns its messages still owed a delivery (sleeps,
+        retries, the attempt in flight), which are cancelled with it."""
+        self._require_active("be cancelled")
+        self.state = "RUN_CANCELED"
+        self.completed_ms = now_ms
+        return self._owed()
+
+    def refuse(self, reason: str, now_ms: int) -> list[Message]:
+        """The API refused one of its step publishes (``reason`` kept): the SDK takes that
+        for a cancel and stops, so an active run ends RUN_FAILED. Returns its messages still
+        owed a delivery, which are cancelled with it (none when it had ended already)."""
+        self.refused.append(reason)
+        if not self.active:
+            return []
+        self.state = "RUN_FAILED"
+        self.completed_ms = now_ms
+        return self._owed()
+
+    def resume(self) -> None:
+        """The dead letter that failed it is published again (a DLQ retry): it runs again."""
+        if self.state != "RUN_FAILED":
+            raise InvalidTransition(
+                f"workflow run {self.run_id} cannot be resumed: it is {self.state} (only "
+                "from RUN_FAILED)"
+            )
+        self.state, self.completed_ms, self.dlq_id = "RUN_STARTED", None, None
+
+    def _require_active(self, transition: str) -> None:
+        if not self.active:
+            raise InvalidTransition(
+                f"workflow run {self.run_id} cannot {transition}: it is {self.state} (only "
+                "from RUN_STARTED)"
+            )
+
+    def _owed(self) -> list[Message]:
+        return [member.message for member in self._members if not member.message.done]
 
     @property
     def body(self) -> str:
@@ -436,7 +505,7 @@ class WorkflowRuns:
         self._members[copy.message_id] = (run, position)
         copy.workflow_run_id = run.run_id
         if run.state == "RUN_FAILED" and run.dlq_id == entry.dlq_id:
-            run.state, run.completed_ms, run.dlq_id = "RUN_STARTED", None, None
+            run.resume()
 
     # -- resuming and restarting (the workflow DLQ) ------------------------------------------
     def start(
@@ -459,7 +528,7 @@ class WorkflowRuns:
     def carry(self, run: WorkflowRun, source: WorkflowRun, position: int) -> None:
         """Start ``run`` with ``source``'s live messages before ``position``: a resumed run's
         deliveries replay them as steps already done (they stay ``source``'s messages)."""
-        run.carry_from(source, position)
+        run.carry(source, position)
 
     def adopt(self, run: WorkflowRun, message: Message, call_type: str) -> None:
         """Make a message the engine published (not the app) the run's next one."""
@@ -500,39 +569,35 @@ class WorkflowRuns:
         including this one (cancelled ones left out), each ``{messageId, body: <standard,
         padded base64>, callType}``."""
         run, position = self._members[message_id]
-        return ("[" + ",".join(run.entries_json(position)) + "]").encode()
+        return run.steps_body(position)
 
     def raw_steps(self, run: WorkflowRun) -> list[dict[str, Any]]:
         """Every live message of the run as a steps-array element (the lazy fetch)."""
-        return [json.loads(entry) for entry in run.entries_json()]
+        return run.raw_steps()
 
     # -- ending -----------------------------------------------------------------------------
     def succeed(self, run: WorkflowRun, now_ms: int, response: str | None = None) -> None:
-        run.state = "RUN_SUCCESS"
-        run.completed_ms = now_ms
-        run.response = response or None
+        """The run's route returned (``WorkflowRun.succeed``)."""
+        run.succeed(now_ms, response)
         self._ended(run)
 
     def cancel(self, run: WorkflowRun, now_ms: int) -> list[Message]:
         """End the run as cancelled; returns its messages still owed a delivery (sleeps,
         retries, the attempt in flight), for the store to cancel."""
-        run.state = "RUN_CANCELED"
-        run.completed_ms = now_ms
+        owed = run.cancel(now_ms)
         self._ended(run)
-        return [m for m in run.messages if not m.done]
+        return owed
 
     def refuse_step(self, run: WorkflowRun, reason: str, now_ms: int) -> list[Message]:
         """The API refused a step publish of an active run: the SDK takes such an answer
         for a cancelled run and stops, so the run can never go on. It ends RUN_FAILED with
         the reason kept; returns its messages still owed a delivery, for the store to
         cancel."""
-        run.refused.append(reason)
-        if not run.active:
-            return []
-        run.state = "RUN_FAILED"
-        run.completed_ms = now_ms
-        self._ended(run)
-        return [m for m in run.messages if not m.done]
+        was_active = run.active
+        owed = run.refuse(reason, now_ms)
+        if was_active:
+            self._ended(run)
+        return owed
 
     def message_failed(self, message: Message, entry: DlqEntry, now_ms: int) -> None:
         """A message of a run ran out of retries. A step (or a call's callback, without
@@ -544,9 +609,7 @@ class WorkflowRuns:
             return
         run, call_type = found
         if run.active and call_type in (STEP, FROM_CALLBACK):
-            run.state = "RUN_FAILED"
-            run.completed_ms = now_ms
-            run.dlq_id = entry.dlq_id
+            run.fail(now_ms, entry.dlq_id)
             self._ended(run)
 
     def is_third_party_call(self, message: Message) -> bool:
