@@ -14,6 +14,7 @@ import pytest
 from pytest_qstash.state.account import Account
 from pytest_qstash.state.attempts import Attempt, AttemptResult
 from pytest_qstash.state.clock import VirtualClock
+from pytest_qstash.state.deliverable import INVALID_DESTINATION, Undeliverable
 from pytest_qstash.state.ids import IdGenerator
 from pytest_qstash.state.models import (
     DlqEntry,
@@ -22,10 +23,11 @@ from pytest_qstash.state.models import (
     MessageOptions,
     Waiter,
 )
-from pytest_qstash.state.plans import PLANS, DailyQuotaExceeded, Plan
+from pytest_qstash.state.plans import PLANS, DailyQuotaExceeded, Plan, PlanLimitExceeded
 from pytest_qstash.state.scheduler import Scheduler
 from pytest_qstash.state.schedules import CronExpression
 from pytest_qstash.state.store import Store
+from pytest_qstash.state.url_groups import UrlGroup
 from pytest_qstash.state.workflow_dlq import FailureFunctionNotRetryable, NotAWorkflowEntry
 from pytest_qstash.state.workflows import WorkflowRun
 
@@ -459,3 +461,41 @@ def test_a_fresh_store_carries_over_what_was_provisioned_and_no_history() -> Non
     new.carry_over_from(old, {"queues"})
     assert [(q.name, q.parallelism) for q in new.queues.values()] == [("orders", 2)]
     assert (list(new.messages), list(new.url_groups)) == ([], [])
+
+
+def test_what_the_plan_does_not_allow_is_refused_with_its_status_and_message() -> None:
+    store, _ = engine(plan=PLANS["free"])
+    with pytest.raises(PlanLimitExceeded) as too_big:
+        store.check_message(MessageOptions(), b"x" * (1024 * 1024 + 1))
+    assert too_big.value.status == 413
+    assert too_big.value.message == (
+        "message size 1048577 bytes exceeds the limit of the free plan (1048576 bytes)"
+    )
+    with pytest.raises(PlanLimitExceeded, match="maximum retries of the free plan") as retries:
+        store.check_message(MessageOptions(retries=4), b"")
+    assert retries.value.status == 400
+    with pytest.raises(PlanLimitExceeded, match=r"parallelism 3 exceeds .* free plan \(2\)"):
+        store.check_queues(["a"], parallelism=3)
+    store.check_new_url_group("orders")
+    store.url_groups["orders"] = UrlGroup("orders", START_MS, START_MS)
+    store.check_new_url_group("orders")  # one that exists creates nothing
+    with pytest.raises(PlanLimitExceeded, match=r"url group limit of the free plan") as groups:
+        store.check_new_url_group("more")
+    assert groups.value.status == 412
+    with pytest.raises(PlanLimitExceeded) as quota:
+        store.count_daily(1_001)
+    assert isinstance(quota.value, DailyQuotaExceeded)
+    assert quota.value.status == 429
+    assert list(store.events) == []  # refusing publishes nothing
+
+
+def test_a_destination_is_a_deliverable_url_or_a_url_group() -> None:
+    store, _ = engine()
+    assert store.checked_destination("HTTPS://app.test/x", group_needs_endpoints=True) == (
+        "https://app.test/x"
+    )
+    with pytest.raises(Undeliverable, match="it has no host"):
+        store.checked_destination("https://", group_needs_endpoints=True)
+    with pytest.raises(Undeliverable) as unknown:
+        store.checked_destination("no-such-group", group_needs_endpoints=False)
+    assert str(unknown.value) == INVALID_DESTINATION

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import httpx
 
-from . import provisioned, trigger, workflow_dlq
+from . import plans, provisioned, trigger, workflow_dlq
 from .account import Account
 from .attempts import (
     CANCELED_IN_FLIGHT,
@@ -27,7 +27,7 @@ from .attempts import (
 from .callbacks import callback_options, callback_payload
 from .clock import VirtualClock
 from .dedup import DEFAULT_DEDUP_WINDOW_MS, Deduplication, dedup_key
-from .deliverable import is_url
+from .deliverable import checked_destination, is_url
 from .dlq import DeadLetters
 from .engine import Published
 from .flow_control import FlowKey, FlowKeys
@@ -463,6 +463,46 @@ class Store:
             self.end_attempt(attempt)
         self._finished(message)
         return True
+
+    # -- what the plan and the destinations allow (their rules: plans.py, deliverable.py) --
+    def check_message(self, opts: MessageOptions, content: bytes) -> None:
+        """Refuse a publish (or a schedule's template) over the plan's size, delay or retries
+        (``PlanLimitExceeded``)."""
+        now = self.clock.now_ms
+        plans.check_message(self.plan, len(content), opts.due_ms(now) - now, opts.retries)
+
+    def check_new_url_group(self, name: str) -> None:
+        """Refuse a URL group the plan has no room for (one that exists creates nothing)."""
+        if name not in self.url_groups:
+            plans.check_url_groups(self.plan, len(self.url_groups))
+
+    def check_new_schedule(self, schedule_id: str | None) -> None:
+        """Refuse a schedule over the plan's active schedules (an overwrite creates none)."""
+        if schedule_id is not None and schedule_id in self.schedules:
+            return
+        plans.check_active_schedules(self.plan, self._active_schedules())
+
+    def check_resumed_schedule(self, schedule_id: str) -> None:
+        """A paused schedule that resumes becomes active again: it counts against the limit."""
+        schedule = self.schedules.get(schedule_id)
+        if schedule is not None and schedule.paused:
+            plans.check_active_schedules(self.plan, self._active_schedules())
+
+    def check_queues(self, names: Iterable[str | None], parallelism: int | None = None) -> None:
+        """Refuse an upsert or enqueue that would create more queues than the plan holds
+        (queues that exist create nothing), or give a queue more parallelism than it allows."""
+        new = {name for name in names if name is not None and name not in self.queues}
+        plans.check_queues(self.plan, len(self.queues), len(new), parallelism)
+
+    def checked_destination(self, destination: str, *, group_needs_endpoints: bool) -> str:
+        """The destination a publish or schedule names, as it is published to, or
+        ``Undeliverable`` (``deliverable.checked_destination``)."""
+        return checked_destination(
+            destination, self.url_groups, group_needs_endpoints=group_needs_endpoints
+        )
+
+    def _active_schedules(self) -> int:
+        return sum(1 for s in self.schedules.values() if not s.paused)
 
     def count_daily(self, count: int) -> None:
         """Count ``count`` messages the API publishes against the plan's daily quota (a UTC
