@@ -55,7 +55,6 @@ from .state.retry import DEFAULT_RETRIES
 from .state.scheduler import Scheduler
 from .state.schedules import Schedule
 from .state.store import Store
-from .state.trigger import trigger_run
 from .state.url_groups import UrlGroup
 from .state.workflow_dlq import WorkflowDlqEntry
 from .state.workflows import WorkflowRun
@@ -639,22 +638,20 @@ class FakeQStash:
         and ``headers`` (``Upstash-*`` overrides: ``Upstash-Retry-Delay``, ``Upstash-Label``,
         ``Upstash-Flow-Control-Key``, ...) replace the run's settings. Its first delivery is
         due now."""
-        return self._continue_run(workflow_dlq.resume, dlq_id, retries, headers)
+        return self._continue_run(self.store.resume_run, dlq_id, retries, headers)
 
     def restart_run(
         self, dlq_id: str, *, retries: int | None = None, headers: dict[str, str] | None = None
     ) -> WorkflowRun:
         """What ``POST /v2/workflows/dlq/restart/{dlq_id}`` does: a new run from the start,
         with the failed run's initial payload and headers."""
-        return self._continue_run(workflow_dlq.restart, dlq_id, retries, headers)
+        return self._continue_run(self.store.restart_run, dlq_id, retries, headers)
 
     def retry_failure_function(self, dlq_id: str) -> WorkflowRun:
         """What ``POST /v2/workflows/dlq/callback/{dlq_id}`` does: call the failed run's
         failure function (or failure URL) again, once its call has failed
         (``failure_function_state == "CALLBACK_FAIL"``; a ``ValueError`` otherwise)."""
-        return workflow_dlq.retry_failure_function(
-            self.store, _dlq_id(dlq_id), cause=self._dispatcher.cause
-        )
+        return self.store.retry_failure_function(_dlq_id(dlq_id), cause=self._dispatcher.cause)
 
     def _continue_run(
         self,
@@ -672,7 +669,7 @@ class FakeQStash:
             overrides = parse_options(named) if named else None
             if overrides is not None:
                 check_due_in_range(overrides, self.store.clock.now_ms)
-            return action(self.store, _dlq_id(dlq_id), overrides, cause=self._dispatcher.cause)
+            return action(_dlq_id(dlq_id), overrides, cause=self._dispatcher.cause)
         except InvalidOption as exc:
             raise ValueError(str(exc)) from None
 
@@ -700,8 +697,7 @@ class FakeQStash:
         ``failure_function`` answers), for the first delivery only: a ``serve()`` with a
         failure function sends its own with every step. ``failure_url=False`` sets none.
         """
-        return trigger_run(
-            self.store,
+        return self.store.trigger_run(
             url,
             body,
             headers,

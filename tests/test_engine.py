@@ -14,6 +14,7 @@ import pytest
 from pytest_qstash.state.account import Account
 from pytest_qstash.state.attempts import Attempt, AttemptResult
 from pytest_qstash.state.clock import VirtualClock
+from pytest_qstash.state.deliverable import INVALID_DESTINATION, Undeliverable
 from pytest_qstash.state.ids import IdGenerator
 from pytest_qstash.state.models import (
     DlqEntry,
@@ -22,11 +23,12 @@ from pytest_qstash.state.models import (
     MessageOptions,
     Waiter,
 )
-from pytest_qstash.state.plans import PLANS, DailyQuotaExceeded, Plan
+from pytest_qstash.state.plans import PLANS, DailyQuotaExceeded, Plan, PlanLimitExceeded
 from pytest_qstash.state.scheduler import Scheduler
 from pytest_qstash.state.schedules import CronExpression
 from pytest_qstash.state.store import Store
-from pytest_qstash.state.trigger import trigger_run
+from pytest_qstash.state.url_groups import UrlGroup
+from pytest_qstash.state.workflow_dlq import FailureFunctionNotRetryable, NotAWorkflowEntry
 from pytest_qstash.state.workflows import WorkflowRun
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -176,7 +178,7 @@ def test_a_dead_letter_retried_keeps_its_options_but_what_the_overrides_name() -
 
 def test_a_wait_ends_by_a_notify_or_by_its_timeout() -> None:
     store, scheduler = engine()
-    run_id = trigger_run(store, "https://app.test/workflow", {"order": 1})
+    run_id = store.trigger_run("https://app.test/workflow", {"order": 1})
     run = store.workflows.get(run_id)
     assert run is not None
     step_opts = MessageOptions(
@@ -228,7 +230,7 @@ def test_the_daily_quota_refuses_a_whole_batch_and_resets_the_next_day() -> None
 
 def test_a_refused_step_ends_its_run() -> None:
     store, _ = engine()
-    run_id = trigger_run(store, "https://app.test/workflow")
+    run_id = store.trigger_run("https://app.test/workflow")
     run = store.workflows.get(run_id)
     assert run is not None
     [init] = run.messages
@@ -353,7 +355,7 @@ def test_an_attempt_abandoned_after_its_message_was_cancelled_leaves_it_cancelle
 
 
 def _run(store: Store) -> WorkflowRun:
-    run = store.workflows.get(trigger_run(store, "https://app.test/workflow"))
+    run = store.workflows.get(store.trigger_run("https://app.test/workflow"))
     assert run is not None
     return run
 
@@ -387,7 +389,7 @@ def test_a_cancelled_run_cancels_what_it_still_owes() -> None:
 
 def test_a_run_failed_by_a_dead_letter_runs_again_when_it_is_retried() -> None:
     store, scheduler = engine()
-    run_id = trigger_run(store, "https://app.test/workflow", retries=0, failure_url=False)
+    run_id = store.trigger_run("https://app.test/workflow", retries=0, failure_url=False)
     run = store.workflows.get(run_id)
     assert run is not None
     _, entry = attempt(store, scheduler, 500)
@@ -398,3 +400,102 @@ def test_a_run_failed_by_a_dead_letter_runs_again_when_it_is_retried() -> None:
     assert (run.state, run.dlq_id, run.completed_ms) == ("RUN_STARTED", None, None)
     assert run.messages == [again]  # the copy took the failed message's place
     assert store.workflows.steps_body(again.message_id).count(b"messageId") == 1
+
+
+def _failed_run(store: Store, scheduler: Scheduler) -> tuple[WorkflowRun, DlqEntry]:
+    run_id = store.trigger_run(
+        "https://app.test/workflow", {"order": 1}, retries=0, failure_url=False
+    )
+    run = store.workflows.get(run_id)
+    assert run is not None
+    _, entry = attempt(store, scheduler, 500)
+    assert entry is not None
+    assert run.state == "RUN_FAILED"
+    return run, entry
+
+
+def test_a_run_is_triggered_through_the_store() -> None:
+    store, scheduler = engine()
+    run_id = store.trigger_run("https://app.test/workflow", {"order": 1}, run_id="wfr_mine")
+    run = store.workflows.get(run_id)
+    assert run is not None
+    assert (run_id, run.state) == ("wfr_mine", "RUN_STARTED")
+    assert scheduler.due_now() == run.messages
+    # As POST /v2/trigger starts one: the init publish, and the run it started.
+    other, existed = store.start_run(
+        "https://app.test/other", b"{}", MessageOptions(), "wfr_other", None
+    )
+    assert (other.run_id, other.url, existed) == ("wfr_other", "https://app.test/other", False)
+    assert other.messages[0].workflow_run_id == "wfr_other"
+
+
+def test_a_failed_run_resumed_or_restarted_through_the_store_is_a_new_run() -> None:
+    store, scheduler = engine()
+    failed, entry = _failed_run(store, scheduler)
+    resumed = store.resume_run(entry.dlq_id, MessageOptions(retries=2, given={"retries"}))
+    restarted = store.restart_run(entry.dlq_id)
+    for run in (resumed, restarted):
+        assert run.run_id != failed.run_id
+        assert (run.state, run.resumed_from) == ("RUN_STARTED", entry.dlq_id)
+    assert resumed.messages[-1].max_retries == 2
+    assert restarted.messages[-1].max_retries == 0
+    assert entry.dlq_id in store.dlq  # the entry stays
+    with pytest.raises(NotAWorkflowEntry):
+        store.resume_run("no-such-entry")
+
+
+def test_a_failure_function_not_failed_is_neither_retried_nor_cancelled() -> None:
+    store, scheduler = engine()
+    _, entry = _failed_run(store, scheduler)
+    with pytest.raises(FailureFunctionNotRetryable, match="only once its call has failed"):
+        store.retry_failure_function(entry.dlq_id)
+    with pytest.raises(FailureFunctionNotRetryable, match="only while it is in progress"):
+        store.cancel_failure_function(entry.dlq_id)
+
+
+def test_a_fresh_store_carries_over_what_was_provisioned_and_no_history() -> None:
+    old, _ = engine()
+    old.queue("orders").parallelism = 2
+    publish(old, MessageOptions())
+    new, _ = engine()
+    new.carry_over_from(old, {"queues"})
+    assert [(q.name, q.parallelism) for q in new.queues.values()] == [("orders", 2)]
+    assert (list(new.messages), list(new.url_groups)) == ([], [])
+
+
+def test_what_the_plan_does_not_allow_is_refused_with_its_status_and_message() -> None:
+    store, _ = engine(plan=PLANS["free"])
+    with pytest.raises(PlanLimitExceeded) as too_big:
+        store.check_message(MessageOptions(), b"x" * (1024 * 1024 + 1))
+    assert too_big.value.status == 413
+    assert too_big.value.message == (
+        "message size 1048577 bytes exceeds the limit of the free plan (1048576 bytes)"
+    )
+    with pytest.raises(PlanLimitExceeded, match="maximum retries of the free plan") as retries:
+        store.check_message(MessageOptions(retries=4), b"")
+    assert retries.value.status == 400
+    with pytest.raises(PlanLimitExceeded, match=r"parallelism 3 exceeds .* free plan \(2\)"):
+        store.check_queues(["a"], parallelism=3)
+    store.check_new_url_group("orders")
+    store.url_groups["orders"] = UrlGroup("orders", START_MS, START_MS)
+    store.check_new_url_group("orders")  # one that exists creates nothing
+    with pytest.raises(PlanLimitExceeded, match=r"url group limit of the free plan") as groups:
+        store.check_new_url_group("more")
+    assert groups.value.status == 412
+    with pytest.raises(PlanLimitExceeded) as quota:
+        store.count_daily(1_001)
+    assert isinstance(quota.value, DailyQuotaExceeded)
+    assert quota.value.status == 429
+    assert list(store.events) == []  # refusing publishes nothing
+
+
+def test_a_destination_is_a_deliverable_url_or_a_url_group() -> None:
+    store, _ = engine()
+    assert store.checked_destination("HTTPS://app.test/x", group_needs_endpoints=True) == (
+        "https://app.test/x"
+    )
+    with pytest.raises(Undeliverable, match="it has no host"):
+        store.checked_destination("https://", group_needs_endpoints=True)
+    with pytest.raises(Undeliverable) as unknown:
+        store.checked_destination("no-such-group", group_needs_endpoints=False)
+    assert str(unknown.value) == INVALID_DESTINATION

@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from ..state.deliverable import HOP_BY_HOP, Undeliverable, checked_url, is_url
+from ..state.deliverable import HOP_BY_HOP, INVALID_DESTINATION, Undeliverable
 from ..state.invocations import unwrap as unwrap_invocation
 from ..state.models import Invoker, Message
 from ..state.options import (
@@ -20,10 +20,6 @@ from ._http import ApiError, cause_of, json_response, read_json
 from .plan_limits import check_daily, check_message, check_queues
 from .publish_headers import parse_options
 from .workflows import refuse_ended_run
-
-INVALID_DESTINATION = (
-    "invalid destination url: endpoint has invalid scheme, add http:// or https://"
-)
 
 
 def publish(store: Store, request: httpx.Request, destination: str) -> httpx.Response:
@@ -137,18 +133,12 @@ Results = tuple[list[Published], bool]  # what was published, whether to a URL g
 
 
 def check_destination(store: Store, destination: str, *, group_needs_endpoints: bool) -> str:
-    """The destination to publish to (a URL's scheme lower-cased); 400 for what QStash
-    refuses, neither an http(s) URL nor a URL group, and for a URL nothing could be
-    delivered to (no host, port 99999, ...)."""
-    if is_url(destination):
-        try:
-            return checked_url(destination, "destination url")
-        except Undeliverable as exc:
-            raise ApiError(400, str(exc)) from None
-    group = store.url_groups.get(destination)
-    if group is None or (group_needs_endpoints and not group.endpoints):
-        raise ApiError(400, INVALID_DESTINATION)
-    return destination
+    """The destination to publish to (``Store.checked_destination``); 400 for what it
+    refuses."""
+    try:
+        return store.checked_destination(destination, group_needs_endpoints=group_needs_endpoints)
+    except Undeliverable as exc:
+        raise ApiError(400, str(exc)) from None
 
 
 def _publish(

@@ -139,19 +139,19 @@ def delete_entries(store: Store, request: httpx.Request) -> httpx.Response:
 
 
 def resume_one(store: Store, request: httpx.Request, dlq_id: str) -> httpx.Response:
-    return json_response(wdlq.run_json(_act(store, request, wdlq.resume, dlq_id)))
+    return json_response(wdlq.run_json(_act(store, request, Store.resume_run, dlq_id)))
 
 
 def restart_one(store: Store, request: httpx.Request, dlq_id: str) -> httpx.Response:
-    return json_response(wdlq.run_json(_act(store, request, wdlq.restart, dlq_id)))
+    return json_response(wdlq.run_json(_act(store, request, Store.restart_run, dlq_id)))
 
 
 def resume_many(store: Store, request: httpx.Request) -> httpx.Response:
-    return _act_many(store, request, wdlq.resume)
+    return _act_many(store, request, Store.resume_run)
 
 
 def restart_many(store: Store, request: httpx.Request) -> httpx.Response:
-    return _act_many(store, request, wdlq.restart)
+    return _act_many(store, request, Store.restart_run)
 
 
 def retry_callback(store: Store, request: httpx.Request, dlq_id: str) -> httpx.Response:
@@ -159,7 +159,7 @@ def retry_callback(store: Store, request: httpx.Request, dlq_id: str) -> httpx.R
     unless its call failed)."""
     _get(store, dlq_id)
     try:
-        run = wdlq.retry_failure_function(store, dlq_id, cause=cause_of(request))
+        run = store.retry_failure_function(dlq_id, cause=cause_of(request))
     except FailureFunctionNotRetryable as exc:
         raise ApiError(400, str(exc)) from None
     return json_response(wdlq.run_json(run))
@@ -170,7 +170,7 @@ def cancel_callback(store: Store, request: httpx.Request, dlq_id: str) -> httpx.
     progress; answered 302, as the document says (400 when none is in progress)."""
     _get(store, dlq_id)
     try:
-        wdlq.cancel_failure_function(store, dlq_id)
+        store.cancel_failure_function(dlq_id)
     except FailureFunctionNotRetryable as exc:
         raise ApiError(400, str(exc)) from None
     return empty_response(302)

@@ -12,7 +12,6 @@ from ..state.deliverable import Undeliverable, checked_url
 from ..state.models import Message
 from ..state.options import InvalidOption
 from ..state.store import Store
-from ..state.trigger import start_run
 from ..state.workflows import WorkflowRun
 from ._http import ApiError, cause_of, json_response, read_json
 from .publish_headers import parse_options
@@ -104,4 +103,4 @@ def trigger_request(
         ):
             publish[lowered] = value
     opts = parse_options(publish)
-    return start_run(store, url, content, opts, run_id, url, cause=cause)
+    return store.start_run(url, content, opts, run_id, url, cause=cause)

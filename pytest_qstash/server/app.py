@@ -37,7 +37,7 @@ from ..delivery.mounts import Redirect, check_redirect, merge_redirects, mount_u
 from ..fake import FakeQStash
 from ..state.models import Delivery
 from ..state.plans import DEFAULT_PLAN, PLANS, plan_named
-from ..state.provisioned import carry_over, keep_names
+from ..state.provisioned import keep_names
 from . import records, verbs
 from .dashboard import DASHBOARD_PATH, Dashboard
 from .deliveries import DEFAULT_ATTEMPT_TIMEOUT_S, ServerDeliveries
@@ -424,7 +424,7 @@ class QStashServerApp:
         # now), not where the last test left it: tests sharing a server must not lean on the
         # order they run in.
         fake = build_fake(self.settings, start, self.resets + 1, plan)
-        carry_over(old.store, fake.store, keep)
+        fake.store.carry_over_from(old.store, keep)
         self.resets += 1
         self._install(fake)
         self.persistence.reset()

@@ -20,9 +20,12 @@ Decisions where QStash's documents say nothing (see docs/fidelity.md):
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 import httpx
+
+from .url_groups import UrlGroup
 
 
 class Undeliverable(ValueError):
@@ -58,6 +61,26 @@ ACCEPTED_NAME = (
     "a header name is letters, digits and !#$%&'*+-.^_`|~ (no spaces, colons or control characters)"
 )
 ACCEPTED_VALUE = "a header value is any text without control characters (tab excepted)"
+
+
+#: What QStash answers a destination that is neither an http(s) URL nor a URL group.
+INVALID_DESTINATION = (
+    "invalid destination url: endpoint has invalid scheme, add http:// or https://"
+)
+
+
+def checked_destination(
+    destination: str, url_groups: Mapping[str, UrlGroup], *, group_needs_endpoints: bool
+) -> str:
+    """The destination to publish to (a URL's scheme lower-cased), or ``Undeliverable``: for
+    what is neither an http(s) URL nor a URL group (``group_needs_endpoints``: nor a group
+    with no endpoint), and for a URL nothing could be delivered to (no host, port 99999...)."""
+    if is_url(destination):
+        return checked_url(destination, "destination url")
+    group = url_groups.get(destination)
+    if group is None or (group_needs_endpoints and not group.endpoints):
+        raise Undeliverable(INVALID_DESTINATION)
+    return destination
 
 
 def is_url(target: str) -> bool:

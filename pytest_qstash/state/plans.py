@@ -1,6 +1,8 @@
 """QStash plans and what each limits: message size, delay, retries, the longest an attempt
 may take, messages per day, URL groups, active schedules, attempts in flight account-wide,
 queues and the parallelism a queue may have; and how long its logs and DLQ entries are kept.
+What goes over a limit is refused here (``PlanLimitExceeded``, with the status and message the
+API answers), from the figures the store hands in.
 
 Figures from Upstash's pricing page and docs; docs/api-coverage.md says which are confirmed.
 """
@@ -9,17 +11,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .rejections import Refused
+
 _MB = 1024 * 1024
 #: A day, the span of the daily message quota (a UTC day).
 DAY_MS = 24 * 60 * 60 * 1000
 
 
-class DailyQuotaExceeded(Exception):
+class PlanLimitExceeded(Refused):
+    """What the plan does not allow: a status and a message naming the limit and the plan."""
+
+
+class DailyQuotaExceeded(PlanLimitExceeded):
     """Publishing would exceed the plan's messages a day: none of them is created."""
 
     def __init__(self, plan: str, limit: int, used: int, reset_ms: int) -> None:
         super().__init__(
-            f"daily message limit of the {plan} plan exceeded ({limit} messages a day)"
+            429, f"daily message limit of the {plan} plan exceeded ({limit} messages a day)"
         )
         self.limit = limit
         self.used = used
@@ -138,3 +146,60 @@ def plan_named(name: str) -> Plan:
             f"unknown plan {name!r}: expected one of {', '.join(PLANS)} (or 'payg', 'fixed')"
         )
     return plan
+
+
+# -- what a plan refuses ----------------------------------------------------------------------
+def check_message(plan: Plan, size: int, delay_ms: int, retries: int | None) -> None:
+    """Refuse a message (a publish, a schedule's template) of ``size`` bytes, due
+    ``delay_ms`` from now, asking for ``retries``, over the plan's size, delay or retries."""
+    if size > plan.max_message_bytes:
+        raise PlanLimitExceeded(
+            413,
+            f"message size {size} bytes exceeds the limit of the {plan.name} plan "
+            f"({plan.max_message_bytes} bytes)",
+        )
+    if plan.max_delay_ms is not None and delay_ms > plan.max_delay_ms:
+        raise PlanLimitExceeded(
+            400,
+            f"delay of {delay_ms // 1000}s exceeds the maximum delay of the {plan.name} plan "
+            f"({plan.max_delay_ms // 1000}s)",
+        )
+    if plan.max_retries is not None and retries is not None and retries > plan.max_retries:
+        raise PlanLimitExceeded(
+            400,
+            f"retries {retries} exceeds the maximum retries of the {plan.name} plan "
+            f"({plan.max_retries})",
+        )
+
+
+def check_url_groups(plan: Plan, existing: int) -> None:
+    """Refuse a new URL group when the account holds ``existing`` already."""
+    if existing >= plan.url_groups:
+        raise PlanLimitExceeded(
+            412, f"url group limit of the {plan.name} plan reached ({plan.url_groups} url groups)"
+        )
+
+
+def check_active_schedules(plan: Plan, active: int) -> None:
+    """Refuse one more active schedule when ``active`` are already."""
+    if active >= plan.active_schedules:
+        raise PlanLimitExceeded(
+            412,
+            f"active schedule limit of the {plan.name} plan reached "
+            f"({plan.active_schedules} schedules)",
+        )
+
+
+def check_queues(plan: Plan, existing: int, new: int, parallelism: int | None) -> None:
+    """Refuse ``new`` queues more than the ``existing`` the plan holds, or a queue given more
+    ``parallelism`` than it allows (checked first)."""
+    if parallelism is not None and parallelism > plan.queue_parallelism:
+        raise PlanLimitExceeded(
+            412,
+            f"queue parallelism {parallelism} exceeds the maximum of the {plan.name} plan "
+            f"({plan.queue_parallelism})",
+        )
+    if new and existing + new > plan.queues:
+        raise PlanLimitExceeded(
+            412, f"queue limit of the {plan.name} plan reached ({plan.queues} queues)"
+        )

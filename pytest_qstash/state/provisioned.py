@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import replace
 
+from .engine import Engine
 from .queues import Queue
-from .store import Store
 from .url_groups import Endpoint, UrlGroup
 
 #: The resources ``carry_over`` can keep, by the names a reset takes.
@@ -38,7 +38,7 @@ def keep_names(keep: Iterable[str] | str | bool | None) -> frozenset[str]:
     return frozenset(names)
 
 
-def carry_over(old: Store, new: Store, keep: Collection[str]) -> None:
+def carry_over(old: Engine, new: Engine, keep: Collection[str]) -> None:
     """Copy the resources named in ``keep`` from ``old`` into ``new`` (whose clock is set)."""
     now = new.clock.now_ms
     if "url_groups" in keep:

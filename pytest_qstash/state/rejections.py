@@ -1,5 +1,6 @@
 """API calls the fake answered with an error: kept so a failure report can show a publish the
-app tried, was refused, and swallowed the error of."""
+app tried, was refused, and swallowed the error of; and ``Refused``, what the engine raises
+when it refuses a call (the API answers it with the status and message)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,16 @@ from dataclasses import dataclass
 
 #: Only the newest are kept: an app retrying a bad call in a loop must not grow memory.
 MAX_KEPT = 50
+
+
+class Refused(Exception):
+    """A call the engine refuses (a plan's limit, say), with the status QStash answers it
+    with and the message of its ``{"error": ...}``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,13 +8,13 @@ store holds them and delegates. Nothing here knows HTTP.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping
 from itertools import islice
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
+from . import plans, provisioned, trigger, workflow_dlq
 from .account import Account
 from .attempts import (
     CANCELED_IN_FLIGHT,
@@ -27,8 +27,9 @@ from .attempts import (
 from .callbacks import callback_options, callback_payload
 from .clock import VirtualClock
 from .dedup import DEFAULT_DEDUP_WINDOW_MS, Deduplication, dedup_key
-from .deliverable import is_url
+from .deliverable import checked_destination, is_url
 from .dlq import DeadLetters
+from .engine import Published
 from .flow_control import FlowKey, FlowKeys
 from .ids import IdGenerator
 from .invocations import outcome_step
@@ -53,18 +54,11 @@ __all__ = [
     "DEFAULT_DEDUP_WINDOW_MS",
     "NON_RETRYABLE_STATUS",
     "AttemptResult",
+    "Published",
     "Store",
     "UnknownDestination",
     "is_non_retryable",
 ]
-
-
-@dataclass(slots=True)
-class Published:
-    message: Message
-    deduplicated: bool
-    #: The endpoint's URL when the destination was a URL group.
-    endpoint_url: str | None = None
 
 
 class Store:
@@ -470,6 +464,46 @@ class Store:
         self._finished(message)
         return True
 
+    # -- what the plan and the destinations allow (their rules: plans.py, deliverable.py) --
+    def check_message(self, opts: MessageOptions, content: bytes) -> None:
+        """Refuse a publish (or a schedule's template) over the plan's size, delay or retries
+        (``PlanLimitExceeded``)."""
+        now = self.clock.now_ms
+        plans.check_message(self.plan, len(content), opts.due_ms(now) - now, opts.retries)
+
+    def check_new_url_group(self, name: str) -> None:
+        """Refuse a URL group the plan has no room for (one that exists creates nothing)."""
+        if name not in self.url_groups:
+            plans.check_url_groups(self.plan, len(self.url_groups))
+
+    def check_new_schedule(self, schedule_id: str | None) -> None:
+        """Refuse a schedule over the plan's active schedules (an overwrite creates none)."""
+        if schedule_id is not None and schedule_id in self.schedules:
+            return
+        plans.check_active_schedules(self.plan, self._active_schedules())
+
+    def check_resumed_schedule(self, schedule_id: str) -> None:
+        """A paused schedule that resumes becomes active again: it counts against the limit."""
+        schedule = self.schedules.get(schedule_id)
+        if schedule is not None and schedule.paused:
+            plans.check_active_schedules(self.plan, self._active_schedules())
+
+    def check_queues(self, names: Iterable[str | None], parallelism: int | None = None) -> None:
+        """Refuse an upsert or enqueue that would create more queues than the plan holds
+        (queues that exist create nothing), or give a queue more parallelism than it allows."""
+        new = {name for name in names if name is not None and name not in self.queues}
+        plans.check_queues(self.plan, len(self.queues), len(new), parallelism)
+
+    def checked_destination(self, destination: str, *, group_needs_endpoints: bool) -> str:
+        """The destination a publish or schedule names, as it is published to, or
+        ``Undeliverable`` (``deliverable.checked_destination``)."""
+        return checked_destination(
+            destination, self.url_groups, group_needs_endpoints=group_needs_endpoints
+        )
+
+    def _active_schedules(self) -> int:
+        return sum(1 for s in self.schedules.values() if not s.paused)
+
     def count_daily(self, count: int) -> None:
         """Count ``count`` messages the API publishes against the plan's daily quota (a UTC
         day), or refuse them all (``DailyQuotaExceeded``) when they would exceed it. Only
@@ -565,6 +599,86 @@ class Store:
             self.workflows.replace_dead_letter(failed, message, entry)
         del self.dlq[dlq_id]
         return message
+
+    # -- the workflow DLQ (its rules: workflow_dlq.py) ----------------------------------------
+    def resume_run(
+        self,
+        dlq_id: str,
+        overrides: MessageOptions | None = None,
+        *,
+        cause: Message | None = None,
+    ) -> WorkflowRun:
+        """A new run going on from the step that failed the run of the workflow DLQ entry
+        ``dlq_id`` (``overrides``: the run settings a request replaces; None: it named none).
+        ``NotAWorkflowEntry`` for an id no failed run has."""
+        return workflow_dlq.resume(self, dlq_id, overrides, cause=cause)
+
+    def restart_run(
+        self,
+        dlq_id: str,
+        overrides: MessageOptions | None = None,
+        *,
+        cause: Message | None = None,
+    ) -> WorkflowRun:
+        """A new run from the start of the failed run of the workflow DLQ entry ``dlq_id``."""
+        return workflow_dlq.restart(self, dlq_id, overrides, cause=cause)
+
+    def retry_failure_function(self, dlq_id: str, *, cause: Message | None = None) -> WorkflowRun:
+        """Call the failure function of the failed run of ``dlq_id`` again, once its call
+        failed (``FailureFunctionNotRetryable`` otherwise)."""
+        return workflow_dlq.retry_failure_function(self, dlq_id, cause=cause)
+
+    def cancel_failure_function(self, dlq_id: str) -> WorkflowRun:
+        """Cancel the failure function call of the failed run of ``dlq_id`` in progress
+        (``FailureFunctionNotRetryable`` when none is)."""
+        return workflow_dlq.cancel_failure_function(self, dlq_id)
+
+    # -- triggered runs (their rules: trigger.py) -------------------------------------------
+    def trigger_run(
+        self,
+        url: str,
+        body: Any = None,
+        headers: Mapping[str, str] | None = None,
+        *,
+        run_id: str | None = None,
+        retries: int | None = None,
+        failure_url: str | Literal[False] | None = None,
+        label: str | None = None,
+        cause: Message | None = None,
+    ) -> str:
+        """Start a run at ``url`` as a workflow client does (``qstash.trigger``); returns its
+        run id. ``ValueError``/``TypeError`` for an argument that is not valid."""
+        return trigger.trigger_run(
+            self,
+            url,
+            body,
+            headers,
+            run_id=run_id,
+            retries=retries,
+            failure_url=failure_url,
+            label=label,
+            cause=cause,
+        )
+
+    def start_run(
+        self,
+        url: str,
+        content: bytes,
+        opts: MessageOptions,
+        run_id: str,
+        failure_url: str | None,
+        *,
+        cause: Message | None = None,
+    ) -> tuple[WorkflowRun, bool]:
+        """Publish the init message of run ``run_id`` as the workflow clients do
+        (``POST /v2/trigger``); returns the run and whether it existed already."""
+        return trigger.start_run(self, url, content, opts, run_id, failure_url, cause=cause)
+
+    # -- provisioning -----------------------------------------------------------------------
+    def carry_over_from(self, old: Store, keep: Collection[str]) -> None:
+        """Take the resources named in ``keep`` (URL groups, queues, schedules) from ``old``,
+        as resources, never as history (``provisioned.py``)."""
+        provisioned.carry_over(old, self, keep)
 
     # -- queues -----------------------------------------------------------------------------
     def queue(self, name: str) -> Queue:

@@ -20,9 +20,9 @@ from .deliverable import (
     encoded_headers,
     is_forwarded,
 )
+from .engine import Engine
 from .models import Message, MessageOptions
 from .options import InvalidOption, canonical
-from .store import Store
 from .workflows import WorkflowRun
 
 #: What the workflow SDKs send with every run message they publish.
@@ -31,7 +31,7 @@ SDK_VERSION_HEADER = "Upstash-Workflow-Sdk-Version"
 
 
 def trigger_run(
-    store: Store,
+    store: Engine,
     url: str,
     body: Any = None,
     headers: Mapping[str, str] | None = None,
@@ -112,7 +112,7 @@ def trigger_run(
 
 
 def start_run(
-    store: Store,
+    store: Engine,
     url: str,
     content: bytes,
     opts: MessageOptions,

@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx
 
+from .engine import Engine
 from .models import DlqEntry, Message, MessageOptions, ms_to_datetime
 from .run_settings import RunSettings
-from .store import Store
 from .workflows import FAILURE_CALL, STEP, FailureFunctionState, WorkflowRun
 
 
@@ -92,7 +92,7 @@ class WorkflowDlqEntry:
         )
 
 
-def entries(store: Store) -> Iterator[WorkflowDlqEntry]:
+def entries(store: Engine) -> Iterator[WorkflowDlqEntry]:
     """The workflow DLQ, in the order the runs failed."""
     for entry in store.dlq.values():
         found = store.workflows.membership(entry.message_id)
@@ -100,7 +100,7 @@ def entries(store: Store) -> Iterator[WorkflowDlqEntry]:
             yield WorkflowDlqEntry(entry, found[0])
 
 
-def get(store: Store, dlq_id: str) -> WorkflowDlqEntry:
+def get(store: Engine, dlq_id: str) -> WorkflowDlqEntry:
     entry = store.dlq.get(dlq_id)
     found = store.workflows.membership(entry.message_id) if entry is not None else None
     if entry is None or found is None or found[0].dlq_id != dlq_id:
@@ -109,7 +109,7 @@ def get(store: Store, dlq_id: str) -> WorkflowDlqEntry:
 
 
 def resume(
-    store: Store,
+    store: Engine,
     dlq_id: str,
     overrides: MessageOptions | None = None,
     *,
@@ -131,7 +131,7 @@ def resume(
 
 
 def restart(
-    store: Store,
+    store: Engine,
     dlq_id: str,
     overrides: MessageOptions | None = None,
     *,
@@ -148,7 +148,7 @@ def restart(
 
 
 def retry_failure_function(
-    store: Store, dlq_id: str, *, cause: Message | None = None
+    store: Engine, dlq_id: str, *, cause: Message | None = None
 ) -> WorkflowRun:
     """Call the run's failure function (or failure URL) again, when its call failed."""
     failed = get(store, dlq_id)
@@ -168,7 +168,7 @@ def retry_failure_function(
     return run
 
 
-def cancel_failure_function(store: Store, dlq_id: str) -> WorkflowRun:
+def cancel_failure_function(store: Engine, dlq_id: str) -> WorkflowRun:
     """Cancel the run's failure function call while it is in progress."""
     failed = get(store, dlq_id)
     run = failed.run
@@ -183,7 +183,7 @@ def cancel_failure_function(store: Store, dlq_id: str) -> WorkflowRun:
     return run
 
 
-def continuations(store: Store, dlq_id: str) -> list[WorkflowRun]:
+def continuations(store: Engine, dlq_id: str) -> list[WorkflowRun]:
     """The runs that resumed or restarted the entry ``dlq_id``."""
     return [run for run in store.workflows if run.resumed_from == dlq_id]
 
@@ -194,7 +194,7 @@ def run_json(run: WorkflowRun) -> dict[str, Any]:
 
 # -- internals ------------------------------------------------------------------------------
 def _new_run(
-    store: Store, failed: WorkflowDlqEntry, overrides: MessageOptions | None
+    store: Engine, failed: WorkflowDlqEntry, overrides: MessageOptions | None
 ) -> WorkflowRun:
     run_id = "wfr_" + store.ids.token(21)
     settings: RunSettings = failed.run.settings.overridden(
@@ -231,7 +231,7 @@ def _in_run(opts: MessageOptions, run_id: str) -> MessageOptions:
 
 
 def _republish(
-    store: Store,
+    store: Engine,
     run: WorkflowRun,
     source: Message,
     overrides: MessageOptions | None,

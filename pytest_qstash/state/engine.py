@@ -1,0 +1,70 @@
+"""What the rules modules may use of the store: the seam between the mutator (``store.py``,
+the one entry point the API, the facade and the server call) and the modules holding the
+rules it delegates to (``workflow_dlq.py``, ``trigger.py``, ``provisioned.py``).
+
+Those modules are handed the store as an ``Engine`` and never import ``store.py``: the store
+imports them, so the import runs one way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from .clock import VirtualClock
+from .dlq import DeadLetters
+from .ids import IdGenerator
+from .models import Message
+from .options import MessageOptions
+from .queues import Queues
+from .schedules import Schedules
+from .url_groups import UrlGroup
+from .workflows import WorkflowRuns
+
+
+@dataclass(slots=True)
+class Published:
+    message: Message
+    deduplicated: bool
+    #: The endpoint's URL when the destination was a URL group.
+    endpoint_url: str | None = None
+
+
+class Engine(Protocol):
+    """The store, as the rules modules see it: its collections and its own transitions."""
+
+    @property
+    def clock(self) -> VirtualClock: ...
+
+    @property
+    def ids(self) -> IdGenerator: ...
+
+    @property
+    def dlq(self) -> DeadLetters: ...
+
+    @property
+    def workflows(self) -> WorkflowRuns: ...
+
+    @property
+    def url_groups(self) -> dict[str, UrlGroup]: ...
+
+    @property
+    def queues(self) -> Queues: ...
+
+    @property
+    def schedules(self) -> Schedules: ...
+
+    def create_message(
+        self, url: str, content: bytes, opts: MessageOptions, *, cause: Message | None = None
+    ) -> Message: ...
+
+    def publish(
+        self,
+        destination: str,
+        content: bytes,
+        opts: MessageOptions,
+        *,
+        cause: Message | None = None,
+    ) -> tuple[list[Published], bool]: ...
+
+    def cancel(self, message: Message) -> bool: ...
