@@ -511,13 +511,6 @@ class DataDir(InMemory):
             self._snapshot is not None and self._snapshot.schema != codec.SCHEMA
         )
         self._snapshot = None  # its document is in the engine now: not kept twice
-        if self._restored is not None or replayed:
-            # What was restored lives as long as the server: out of the collector's sight
-            # from now on, a full collection (which serving's allocations trigger) does not
-            # walk all of it, nor touch its pages while a snapshot child shares them. (No
-            # collection first: loading makes next to no cyclic garbage, and a full
-            # collection of the state would cost what freezing saves.)
-            gc.freeze()
         self._open_journal()
         # A stale snapshot is replaced soon, not at once: the journals keep what it lacks,
         # and a server just started has its clients' first requests to answer. The child
