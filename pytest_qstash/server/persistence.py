@@ -492,8 +492,9 @@ class DataDir(InMemory):
 
     def started(self, app: Served) -> None:
         """On the server's event loop, before it serves: replay the journal, open a new
-        journal, start the snapshots (the first one as soon as they may be taken when the
-        replay changed anything or the snapshot was of an older schema)."""
+        journal, start the snapshots (the first one ``RESTART_SNAPSHOT_WAIT`` times as long
+        as the load took when the replay changed anything or the snapshot was of an older
+        schema)."""
         replayed = 0
         covered = self._snapshot.journal if self._snapshot is not None else 0
         with _collector_paused():
