@@ -518,6 +518,20 @@ def test_a_load_pauses_the_collector_and_gives_it_back_as_it_was() -> None:
         gc.enable()
 
 
+def test_a_reset_gives_what_serve_froze_back_to_the_collector(tmp_path: Path) -> None:
+    """``serve`` freezes what it loaded (the restored state lives until a reset); a reset
+    unfreezes it, so that the state it forgot, whose objects refer to each other, is freed."""
+    data_dir = DataDir(tmp_path)
+    try:
+        gc.freeze()
+        assert gc.get_freeze_count() > 0
+        data_dir.reset()
+        assert gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()
+        persistence._unlock(data_dir._lock)
+
+
 def test_the_first_snapshot_after_a_replay_waits_for_the_first_clients(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -409,7 +409,9 @@ class DataDir(InMemory):
     def reset(self) -> None:
         """A reset: the next snapshot as soon as one may be taken (snapshots stay a second
         apart, even in a suite resetting before every test), so what it forgot leaves the
-        disk too."""
+        disk too. What ``serve`` froze out of the collector's sight after the load goes back
+        into it: the state a reset forgot can be freed (its objects refer to each other)."""
+        gc.unfreeze()
         if self._wake is not None:
             self._wake.set()
 
