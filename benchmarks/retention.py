@@ -237,9 +237,12 @@ def _sink() -> Iterator[_Sink]:
 
 
 def _size(directory: str) -> int:
-    """Bytes of the files in a data dir (the snapshot, the journals not yet retired)."""
+    """Bytes of the files in a data dir (the snapshot, the journals not yet retired); not a
+    snapshot being written (``snapshot.sqlite.tmp``), which replaces the old one when done."""
     total = 0
     for entry in os.scandir(directory):
+        if entry.name.endswith(".tmp"):
+            continue
         with contextlib.suppress(FileNotFoundError):  # a journal retired meanwhile
             total += entry.stat().st_size
     return total
