@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import pickle
@@ -501,6 +502,79 @@ def test_without_fork_a_thread_writes_the_snapshot(
     assert restored == ids
     assert "3 messages" in described
     assert "0 journal entries replayed" in described
+
+
+def test_a_load_pauses_the_collector_and_gives_it_back_as_it_was() -> None:
+    """Reading and building a state allocates objects that all stay: the cyclic collector
+    is paused meanwhile (each collection would walk all that was built so far), then left as
+    it was found."""
+    assert gc.isenabled()
+    with persistence._collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with persistence._collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_a_reset_gives_what_serve_froze_back_to_the_collector(tmp_path: Path) -> None:
+    """``serve`` freezes what it loaded (the restored state lives until a reset); a reset
+    unfreezes it, so that the state it forgot, whose objects refer to each other, is freed."""
+    data_dir = DataDir(tmp_path)
+    try:
+        gc.freeze()
+        assert gc.get_freeze_count() > 0
+        data_dir.reset()
+        assert gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()
+        persistence._unlock(data_dir._lock)
+
+
+def test_the_first_snapshot_after_a_replay_waits_for_the_first_clients(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart that replayed a journal takes its first snapshot later than the ordinary
+    second: RESTART_SNAPSHOT_WAIT times as long as the load took (the journals keep what the
+    old snapshot lacks meanwhile). A restart with nothing to replay takes none at all."""
+    monkeypatch.setattr(persistence, "FORK", False)
+    monkeypatch.setattr(persistence, "SNAPSHOT_EVERY_S", 0.0)
+    monkeypatch.setattr(persistence, "RESTART_SNAPSHOT_WAIT", 1e6)
+    settings = ServerSettings("token-1", "sig_a", "sig_b", clock="virtual", start="2026-01-01")
+    auth = {"Authorization": "Bearer token-1"}
+
+    async def publish_then_crash() -> None:
+        app = QStashServerApp(settings, DataDir(tmp_path / "a"))
+        app.startup()
+        app.persistence.started(app)
+        request = httpx.Request("POST", "http://127.0.0.1:1/v2/publish/https://example.com/x")
+        request.headers.update(auth)
+        app.api(request)  # journaled, in no snapshot
+        shutil.copytree(tmp_path / "a", tmp_path / "b", ignore=shutil.ignore_patterns("lock"))
+        await app.shutdown()
+
+    asyncio.run(publish_then_crash())
+
+    async def restart() -> tuple[float, str, int]:
+        data_dir = DataDir(tmp_path / "b")
+        app = QStashServerApp(settings, data_dir)
+        app.startup()
+        data_dir.started(app)
+        waits = data_dir._last_taken - time.monotonic()
+        data_dir._step(app)  # not yet, though snapshots may otherwise be taken at once
+        journals = len(list((tmp_path / "b").glob("journal-*.sqlite")))
+        described = data_dir.describe(app)
+        await app.shutdown()
+        return waits, described, journals
+
+    waits, described, journals = asyncio.run(restart())
+    assert "1 journal entry replayed" in described
+    assert waits > 1.0
+    assert journals == 2  # the replayed one, kept, and the new one
 
 
 # -- plain data: the same command line, retry delays, upgrades, privacy, hostile cells --------

@@ -74,6 +74,9 @@ SNAPSHOT_EVERY_S = 1.0
 RETRY_MAX_S = 60.0
 #: Whether snapshots are written by a forked child (else: encoded here, written by a thread).
 FORK = hasattr(os, "fork")
+#: After a restart that replayed a journal, the first snapshot waits this many times as long
+#: as reading the data dir took: the first requests of the server's clients come first.
+RESTART_SNAPSHOT_WAIT = 5.0
 #: How long a starting server waits for a data dir another process (a snapshot child of a
 #: killed server finishing its write) still holds.
 LOCK_WAIT_S = 15.0
@@ -326,7 +329,8 @@ class DataDir(InMemory):
         self._lock = _lock(self.path)
         began = time.monotonic()
         try:
-            self._snapshot = self._read_snapshot()
+            with _collector_paused():
+                self._snapshot = self._read_snapshot()
         except BaseException:
             _unlock(self._lock)
             raise
@@ -405,7 +409,9 @@ class DataDir(InMemory):
     def reset(self) -> None:
         """A reset: the next snapshot as soon as one may be taken (snapshots stay a second
         apart, even in a suite resetting before every test), so what it forgot leaves the
-        disk too."""
+        disk too. What ``serve`` froze out of the collector's sight after the load goes back
+        into it: the state a reset forgot can be freed (its objects refer to each other)."""
+        gc.unfreeze()
         if self._wake is not None:
             self._wake.set()
 
@@ -430,7 +436,8 @@ class DataDir(InMemory):
         settings = self._settings(snapshot.settings, app.settings)
         fake = app.fake
         try:
-            roots = codec.decode(snapshot.document, _roots(fake), frozenset({"retention"}))
+            with _collector_paused():
+                roots = codec.decode(snapshot.document, _roots(fake), frozenset({"retention"}))
             extras = roots.get("extras")
             if not isinstance(extras, dict):
                 raise codec.CodecError("the saved state has no fake's extras")
@@ -487,13 +494,15 @@ class DataDir(InMemory):
 
     def started(self, app: Served) -> None:
         """On the server's event loop, before it serves: replay the journal, open a new
-        journal, start the snapshots (the first one as soon as they may be taken when the
-        replay changed anything or the snapshot was of an older schema)."""
+        journal, start the snapshots (the first one ``RESTART_SNAPSHOT_WAIT`` times as long
+        as the load took when the replay changed anything or the snapshot was of an older
+        schema)."""
         replayed = 0
         covered = self._snapshot.journal if self._snapshot is not None else 0
-        for generation in sorted(self._generations()):
-            if generation > covered:
-                replayed += self._replay(app, self._journal_path(generation))
+        with _collector_paused():
+            for generation in sorted(self._generations()):
+                if generation > covered:
+                    replayed += self._replay(app, self._journal_path(generation))
         # Journals the snapshot covers (a deletion a crash cut short) go now.
         self._retirement(covered)()
         self._replayed = replayed
@@ -507,9 +516,14 @@ class DataDir(InMemory):
         self._snapshot = None  # its document is in the engine now: not kept twice
         self._open_journal()
         # A stale snapshot is replaced soon, not at once: the journals keep what it lacks,
-        # and a server just started has its clients' first requests to answer.
+        # and a server just started has its clients' first requests to answer. The child
+        # writing it would take a core for as long as the load took, and each page the
+        # server touches meanwhile is copied for it: it waits RESTART_SNAPSHOT_WAIT times
+        # as long as the load took (after a second of ordinary wait, at least).
         self._last_mark = () if stale else self._mark(app)
         self._last_taken = time.monotonic()
+        if stale:
+            self._last_taken += max(0.0, (RESTART_SNAPSHOT_WAIT - 1) * self._took)
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._snapshots(app))
 
@@ -987,6 +1001,20 @@ def _run_now(coroutine: Coroutine[Any, Any, Any]) -> Any:
         return stop.value
     coroutine.close()
     raise RuntimeError("the control action waited for something: it cannot be replayed")
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a state is read and built: it allocates hundreds
+    of thousands of objects that all stay, and each collection those allocations trigger
+    would walk everything built so far (half the time of a load)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _become_snapshot_child() -> None:

@@ -16,6 +16,8 @@ said beside it; the tests check that every other field does.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, TypeVar
@@ -63,11 +65,24 @@ class _Plain(Kind):
     pass
 
 
+#: Moments already written (a batch's messages share one): cleared when it grows past
+#: ``_MOMENTS_KEPT``, so it stays small whatever the clock does.
+_moments: dict[int, str] = {}
+_MOMENTS_KEPT = 4096
+
+
 class _Millis(Kind):
     """Integer milliseconds since the epoch, as an ISO 8601 moment."""
 
     def encode(self, value: Any) -> Any:
-        return iso_time(_EPOCH + value * _MS)
+        text = _moments.get(value)
+        if text is None:
+            text = (_EPOCH + value * _MS).isoformat().replace("+00:00", "Z")
+            if type(value) is int:
+                if len(_moments) >= _MOMENTS_KEPT:
+                    _moments.clear()
+                _moments[value] = text
+        return text
 
     def decode(self, value: Any) -> Any:
         return (read_time(value) - _EPOCH) // _MS
@@ -92,6 +107,8 @@ class _Text(Kind):
 
 class _Headers(Kind):
     def encode(self, value: Any) -> Any:
+        if not value:
+            return []
         return [[k, v] for k, v in value.multi_items()]
 
     def decode(self, value: Any) -> Any:
@@ -204,11 +221,18 @@ class Wire:
 
 @dataclasses.dataclass(frozen=True)
 class Derived:
-    """A field the server renders from a property (``read`` says how), not read back."""
+    """A field the server renders from a property (``read`` says how), not read back.
+
+    ``same_as`` names a nested wire field and its key (``("options", "method")``) whose
+    rendered value this one is, by construction: the property reads that very field (a
+    message's ``method`` is its ``options.method``). It is taken from what was rendered
+    there rather than read and written a second time; when the nested field is null, the
+    property is read as usual."""
 
     name: str
     kind: Kind = PLAIN
     read: Callable[[Any], Any] | None = None
+    same_as: tuple[str, str] | None = None
 
 
 class Model(Generic[T]):
@@ -237,19 +261,36 @@ class Model(Generic[T]):
         #: members): a list's row (``summary``) goes without them.
         self.summary_leaves = frozenset(summary_leaves)
 
+    @functools.cached_property
+    def _plan(self) -> tuple[_Step, ...]:
+        """Per rendered field, in order: its name, what reads it from an item, what writes a
+        value that is not None (None: the value is its own JSON), and the nested field and
+        key it is a copy of (``Derived.same_as``). Planned once: a list renders thousands of
+        items."""
+        plan: list[_Step] = []
+        for wire in self.fields:
+            if self._get is not None:
+                read: Callable[[Any], Any] = functools.partial(_read_with, self._get, wire.field)
+            else:
+                read = operator.attrgetter(wire.field)
+            plan.append((wire.name, read, _writer(wire.kind), None))
+        for extra in self.derived:
+            read = extra.read if extra.read is not None else operator.attrgetter(extra.name)
+            plan.append((extra.name, read, _writer(extra.kind), extra.same_as))
+        return tuple(plan)
+
     def render(self, item: T, *, without: frozenset[str] = frozenset()) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for wire in self.fields:
-            if wire.name in without:
+        for name, read, write, same_as in self._plan:
+            if without and name in without:
                 continue
-            if self._get is not None:
-                value = self._get(item, wire.field)
-            else:
-                value = getattr(item, wire.field)
-            out[wire.name] = None if value is None else wire.kind.encode(value)
-        for extra in self.derived:
-            value = extra.read(item) if extra.read is not None else getattr(item, extra.name)
-            out[extra.name] = None if value is None else extra.kind.encode(value)
+            if same_as is not None:
+                nested = out.get(same_as[0])
+                if nested is not None:
+                    out[name] = nested[same_as[1]]
+                    continue
+            value = read(item)
+            out[name] = value if value is None or write is None else write(value)
         return out
 
     def summary(self, item: T) -> dict[str, Any]:
@@ -273,6 +314,19 @@ class Model(Generic[T]):
                 f"cannot read a {self.kind} from the server's answer ({type(exc).__name__}: "
                 f"{exc}); is the server the same pytest-qstash version as this client?"
             ) from None
+
+
+#: One rendered field: its name, reader, writer and what it is a copy of (``Model._plan``).
+_Step = tuple[str, Callable[[Any], Any], "Callable[[Any], Any] | None", "tuple[str, str] | None"]
+
+
+def _read_with(get: Callable[[Any, str], Any], field: str, item: Any) -> Any:
+    return get(item, field)
+
+
+def _writer(kind: Kind) -> Callable[[Any], Any] | None:
+    """What writes a value of ``kind``, or None when a value is its own JSON."""
+    return None if type(kind) in (Kind, _Plain) else kind.encode
 
 
 # -- the models ---------------------------------------------------------------------------------
@@ -366,20 +420,23 @@ MESSAGE = Model(
         Derived("content_type"),
         Derived("done"),
         Derived("labels", _Tuple()),
-        # What the message was published with, at the top level too, as before ``options``.
-        Derived("method"),
-        Derived("headers", HEADERS),
-        Derived("label"),
-        Derived("deduplication_id"),
-        Derived("content_based_deduplication"),
-        Derived("retry_delay"),
-        Derived("timeout_ms"),
-        Derived("callback"),
-        Derived("failure_callback"),
-        Derived("callback_headers", HEADERS),
-        Derived("failure_callback_headers", HEADERS),
-        Derived("flow_control", Nested(FLOW_CONTROL)),
-        Derived("redact", _Tuple()),
+        # What the message was published with, at the top level too, as before ``options``
+        # (each the property that reads its option: rendered once, in ``options``).
+        Derived("method", same_as=("options", "method")),
+        Derived("headers", HEADERS, same_as=("options", "headers")),
+        Derived("label", same_as=("options", "label")),
+        Derived("deduplication_id", same_as=("options", "deduplication_id")),
+        Derived("content_based_deduplication", same_as=("options", "content_based_deduplication")),
+        Derived("retry_delay", same_as=("options", "retry_delay")),
+        Derived("timeout_ms", same_as=("options", "timeout_ms")),
+        Derived("callback", same_as=("options", "callback")),
+        Derived("failure_callback", same_as=("options", "failure_callback")),
+        Derived("callback_headers", HEADERS, same_as=("options", "callback_headers")),
+        Derived(
+            "failure_callback_headers", HEADERS, same_as=("options", "failure_callback_headers")
+        ),
+        Derived("flow_control", Nested(FLOW_CONTROL), same_as=("options", "flow_control")),
+        Derived("redact", _Tuple(), same_as=("options", "redact")),
     ],
 )
 
