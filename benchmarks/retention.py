@@ -248,15 +248,29 @@ def _size(directory: str) -> int:
     return total
 
 
-def _settled_size(directory: str, snapshots: int = 2) -> int:
-    """The data dir's size once the server has written the state it holds: a snapshot
-    follows the last change within a second or two, and retires the journals it covers. The
-    smallest size over a few seconds, so that a measure falls between two snapshots."""
-    sizes = []
-    for _ in range(snapshots * 4):
-        time.sleep(0.5)
-        sizes.append(_size(directory))
-    return min(sizes)
+def _settled_size(
+    directory: str, since: float, quiet_s: float = 5.0, timeout_s: float = 180.0
+) -> int:
+    """The data dir's size once a snapshot holds the state as it was at ``since`` (the end
+    of the last change, wall-clock seconds): one written after it, and nothing written for
+    ``quiet_s`` since (a snapshot follows every change within a second or two, or as long as
+    the last one took, and retires the journals it covers). An older snapshot beside its
+    journal would measure the state as it was a step before."""
+    snapshot = os.path.join(directory, "snapshot.sqlite")
+    deadline = time.monotonic() + timeout_s
+    seen: tuple[float, int] | None = None
+    quiet_since = time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        try:
+            now = (os.stat(snapshot).st_mtime, _size(directory))
+        except FileNotFoundError:
+            continue
+        if now != seen:
+            seen, quiet_since = now, time.monotonic()
+        elif now[0] > since and time.monotonic() - quiet_since >= quiet_s:
+            return now[1]
+    raise RuntimeError(f"the data dir {directory} did not settle within {timeout_s:g} s")
 
 
 def server(days: int, plan: str) -> dict[str, Any]:
@@ -278,8 +292,9 @@ def server(days: int, plan: str) -> dict[str, Any]:
             for _ in range(24):  # an hour a call: each control call answers well within its timeout
                 served.advance("1h")
             if day in (days // 3, days):
+                changed = time.time()
                 out["rss"][day] = _rss(served.process.pid)
-                out["disk"][day] = _settled_size(data_dir)
+                out["disk"][day] = _settled_size(data_dir, changed)
         oldest = _oldest_log_ms(served.url, served.token)
         now_ms = int(served.now.timestamp() * 1000)
         out["oldest_age_ms"] = None if oldest is None else now_ms - oldest
