@@ -19,6 +19,7 @@ Decisions where QStash's documents say nothing (see docs/fidelity.md):
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from urllib.parse import urlsplit
@@ -101,6 +102,7 @@ def checked_url(url: object, field: str) -> str:
     return f"{scheme.lower()}://{rest}"
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of the text; apps publish to few URLs
 def _url_problem(url: str) -> str | None:
     if not is_url(url):
         return "endpoint has invalid scheme, add http:// or https://"
