@@ -39,6 +39,7 @@ from . import (
 )
 from ._http import CAUSE, ApiError, error_response, request_path
 from .faults import FaultTable
+from .plan_limits import plan_limits
 
 Handler = Callable[..., httpx.Response]
 
@@ -166,7 +167,8 @@ def handle(
     refused: str | None = None  # why a 400 refused the call
     try:
         handler, params = _route(request.method, path, query, endpoint)
-        response = handler(store, request, **params)
+        with plan_limits():  # the store's refusals, answered as QStash answers them
+            response = handler(store, request, **params)
     except ApiError as exc:
         response = error_response(exc.status, exc.message)
         response.headers.update(exc.headers)

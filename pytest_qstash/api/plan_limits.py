@@ -2,16 +2,16 @@
 oversized body, a delay too far ahead, too many retries, more messages than a day allows,
 more URL groups, active schedules or queues than the plan holds, a queue parallelism above
 the plan's); here its ``PlanLimitExceeded`` becomes the status and ``{"error": ...}`` naming
-the limit and the plan, and the daily quota's the ``RateLimit-*`` headers."""
+the limit and the plan, and the daily quota's the ``RateLimit-*`` headers. ``api.handle``
+answers every handler through it: a handler asks the store (``store.check_message(...)``,
+``store.count_daily(...)``) and lets the refusal rise."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ..state.options import MessageOptions
 from ..state.plans import DailyQuotaExceeded, PlanLimitExceeded
-from ..state.store import Store
 from ._http import ApiError
 
 
@@ -34,36 +34,3 @@ def plan_limits() -> Iterator[None]:
         ) from None
     except PlanLimitExceeded as exc:
         raise ApiError(exc.status, exc.message) from None
-
-
-def check_message(store: Store, opts: MessageOptions, content: bytes) -> None:
-    """Refuse a publish (or a schedule's template) over the plan's size, delay or retries."""
-    with plan_limits():
-        store.check_message(opts, content)
-
-
-def check_daily(store: Store, count: int) -> None:
-    """Count ``count`` more messages against the day's quota (``Store.count_daily``), or
-    refuse them all: 429."""
-    with plan_limits():
-        store.count_daily(count)
-
-
-def check_new_url_group(store: Store, name: str) -> None:
-    with plan_limits():
-        store.check_new_url_group(name)
-
-
-def check_new_schedule(store: Store, schedule_id: str | None) -> None:
-    with plan_limits():
-        store.check_new_schedule(schedule_id)
-
-
-def check_resumed_schedule(store: Store, schedule_id: str) -> None:
-    with plan_limits():
-        store.check_resumed_schedule(schedule_id)
-
-
-def check_queues(store: Store, names: Iterable[str | None], parallelism: int | None = None) -> None:
-    with plan_limits():
-        store.check_queues(names, parallelism)

@@ -17,7 +17,6 @@ from ..state.options import (
 )
 from ..state.store import Published, Store, UnknownDestination
 from ._http import ApiError, cause_of, json_response, read_json
-from .plan_limits import check_daily, check_message, check_queues
 from .publish_headers import parse_options
 from .workflows import refuse_ended_run
 
@@ -32,7 +31,7 @@ def publish(store: Store, request: httpx.Request, destination: str) -> httpx.Res
             invoker.options = parse_options(_invoker_resume_headers(invoker))
     except InvalidOption as exc:
         raise ApiError(400, str(exc)) from None
-    check_message(store, opts, content)
+    store.check_message(opts, content)
     results = _publish(
         store, destination, opts, content, queue=None, daily=True, cause=cause_of(request)
     )
@@ -44,8 +43,8 @@ def publish(store: Store, request: httpx.Request, destination: str) -> httpx.Res
 def enqueue(store: Store, request: httpx.Request, queue: str, destination: str) -> httpx.Response:
     check_name(queue, "queue name")
     opts = _checked_options(store, _request_options(request))
-    check_message(store, opts, request.content)
-    check_queues(store, [queue])
+    store.check_message(opts, request.content)
+    store.check_queues([queue])
     return _answer(
         _publish(
             store,
@@ -65,8 +64,8 @@ def batch(store: Store, request: httpx.Request) -> httpx.Response:
         raise ApiError(400, "invalid batch request: expected a JSON array of messages")
     # Validate every item before creating any, so a bad item loses nothing already accepted.
     prepared = [_batch_item(store, index, item) for index, item in enumerate(items)]
-    check_queues(store, [queue for *_, queue in prepared])
-    check_daily(store, len(prepared))
+    store.check_queues([queue for *_, queue in prepared])
+    store.count_daily(len(prepared))
     answers: list[Any] = []
     cause = cause_of(request)
     for destination, opts, content, queue in prepared:
@@ -153,7 +152,7 @@ def _publish(
 ) -> Results:
     destination = check_destination(store, destination, group_needs_endpoints=True)
     if daily:
-        check_daily(store, 1)  # a batch counts all its messages before creating any
+        store.count_daily(1)  # a batch counts all its messages before creating any
     try:
         return store.publish(destination, content, opts, queue=queue, cause=cause)
     except UnknownDestination:
@@ -218,7 +217,7 @@ def _batch_item(
     destination = item["destination"]
     opts = _checked_options(store, headers)
     content = (body or "").encode()
-    check_message(store, opts, content)
+    store.check_message(opts, content)
     destination = check_destination(store, destination, group_needs_endpoints=True)
     return destination, opts, content, queue
 

@@ -9,7 +9,6 @@ import httpx
 from ..state.queues import Queue
 from ..state.store import Store
 from ._http import ApiError, empty_response, json_response, read_json
-from .plan_limits import check_queues
 from .publish import check_name
 
 
@@ -27,7 +26,7 @@ def upsert_queue(store: Store, request: httpx.Request) -> httpx.Response:
     paused = body.get("paused", False)
     if not isinstance(paused, bool):
         raise ApiError(400, f"invalid paused {paused!r}: expected true or false")
-    check_queues(store, [name], parallelism)
+    store.check_queues([name], parallelism)
     store.update_queue(name, parallelism=parallelism, paused=paused)
     return empty_response()
 

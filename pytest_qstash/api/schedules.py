@@ -17,7 +17,6 @@ from ._http import (
     json_response,
     put_body,
 )
-from .plan_limits import check_message, check_new_schedule, check_resumed_schedule
 from .publish import check_destination, check_name, publish_options
 
 
@@ -40,8 +39,8 @@ def create_schedule(store: Store, request: httpx.Request, destination: str) -> h
     if opts.queue is not None:
         check_name(opts.queue, "queue name")
     destination = check_destination(store, destination, group_needs_endpoints=False)
-    check_message(store, opts, request.content)
-    check_new_schedule(store, opts.schedule_id)
+    store.check_message(opts, request.content)
+    store.check_new_schedule(opts.schedule_id)
     schedule, deduplicated = store.schedules.put(
         destination, cron, request.content, opts, opts.schedule_id
     )
@@ -68,7 +67,7 @@ def pause_schedule(store: Store, request: httpx.Request, schedule_id: str) -> ht
 
 
 def resume_schedule(store: Store, request: httpx.Request, schedule_id: str) -> httpx.Response:
-    check_resumed_schedule(store, schedule_id)
+    store.check_resumed_schedule(schedule_id)
     schedule = _schedule(store, schedule_id)
     try:
         schedule.expression.next_after_ms(store.clock.now_ms)

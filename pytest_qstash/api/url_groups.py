@@ -10,7 +10,6 @@ from ..state.deliverable import Undeliverable, checked_url
 from ..state.store import Store
 from ..state.url_groups import Endpoint, UrlGroup
 from ._http import ApiError, empty_response, json_response, read_json, request_path
-from .plan_limits import check_new_url_group
 from .publish import check_name
 
 
@@ -21,7 +20,7 @@ def upsert_endpoints(store: Store, request: httpx.Request, name: str) -> httpx.R
         endpoints = [Endpoint(checked_url(e.url, "endpoint url"), e.name) for e in endpoints]
     except Undeliverable as exc:
         raise ApiError(400, str(exc)) from None
-    check_new_url_group(store, name)
+    store.check_new_url_group(name)
     now = store.clock.now_ms
     group = store.url_groups.setdefault(name, UrlGroup(name, now, now))
     for endpoint in endpoints:
