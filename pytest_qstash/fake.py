@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
-from . import api, hosts, httpx2_support, sslcache
+from . import api, hosts, sslcache
 from .api._http import request_path
 from .api.faults import Fault, FaultTable
 from .api.publish_headers import parse_options
@@ -29,7 +29,6 @@ from .delivery.mounts import MountTable
 from .delivery.transports import DEFAULT_DELIVERY_TIMEOUT_S, Sender
 from .durations import Duration, parse_duration_ms
 from .errors import AsyncContextError
-from .intercept import QStashRouter
 from .query import Found
 from .regions import region_named
 from .state import workflow_dlq
@@ -58,6 +57,9 @@ from .state.store import Store
 from .state.url_groups import UrlGroup
 from .state.workflow_dlq import WorkflowDlqEntry
 from .state.workflows import WorkflowRun
+
+if TYPE_CHECKING:
+    from .intercept import QStashRouter
 
 #: How many API calls ``qstash.api_calls`` keeps (the newest).
 API_CALLS_KEPT = 1_000
@@ -163,8 +165,9 @@ class FakeQStash:
         self._handler_times = HandlerTimes()
         self._faults = FaultTable(lambda: self.clock.now_ms)
         # QStash's own hosts and QSTASH_URL's are always intercepted (``hosts`` decides).
-        self.router = QStashRouter(self.handle, base_urls or [])
-        hosts.declare(self.router.api_bases)  # the network guard stops them, too
+        self._base_urls = list(base_urls or [])
+        hosts.declare(hosts.parse_bases(self._base_urls))  # the network guard stops them, too
+        self._router: QStashRouter | None = None
         self._sender = Sender(self.mounts, timeout_ms / 1000)
         self._app_clock: AppClock = make_app_clock(time_library) if freeze_time else NoAppClock()
         self._scheduler = Scheduler(self.store)
@@ -231,11 +234,24 @@ class FakeQStash:
         concurrent runner drives its ``DeliveryLoop``."""
         return self._dispatcher
 
+    @property
+    def router(self) -> QStashRouter:
+        """The respx router that answers the QStash API while the fake is active. Made on
+        first use: a server never intercepts, and so never loads respx (a third of its
+        start-up)."""
+        if self._router is None:
+            from .intercept import QStashRouter
+
+            self._router = QStashRouter(self.handle, self._base_urls)
+        return self._router
+
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> FakeQStash:
         if not self._active:
             hosts.check_env()  # a QSTASH_URL that is no base would go unintercepted
             self._app_clock.start(self.clock.now_ms)
+            from . import httpx2_support
+
             self.router.start()
             httpx2_support.attach(self.router)  # httpx2 clients too, when installed
             sslcache.acquire()  # default httpx clients share one TLS context meanwhile
@@ -250,6 +266,8 @@ class FakeQStash:
     def stop(self) -> None:
         if self._active:
             self._active = False
+            from . import httpx2_support
+
             try:
                 httpx2_support.detach(self.router)
                 self.router.stop(quiet=True)

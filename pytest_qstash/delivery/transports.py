@@ -41,14 +41,11 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 import httpx
-from respx.models import AllMockedAssertionError
 
-from .. import httpx2_support
-from ..compat import PYTEST_HTTPX_NO_RESPONSE
+from ..compat import PYTEST_HTTPX_NO_RESPONSE, httpx_transports_patched
 from ..compat import unrecord_in_pytest_httpx as _unrecord_in_pytest_httpx
 from ..errors import DeliveryTimeoutError, QStashFakeError
 from ..hosts import is_loopback
-from ..intercept import user_interceptors_active
 from ..state.attempts import timeout_error
 from .lifespan import Lifespan
 from .mounts import Mount, MountTable
@@ -160,8 +157,9 @@ class Sender:
         __tracebackhide__ = True
         self._check_can_route(request)
         try:
-            if httpx2_support.takes_unmounted():  # only httpx2's mocks can answer it
-                return Outcome.of_response(httpx2_support.send(request))
+            httpx2 = _httpx2_mocks()
+            if httpx2 is not None:  # only httpx2's mocks can answer it
+                return Outcome.of_response(httpx2.send(request))
             with httpx.Client(verify=_ssl_context()) as client:
                 return Outcome.of_response(client.send(self._bounded_in_real_time(request)))
         except Exception as exc:
@@ -204,8 +202,9 @@ class Sender:
     async def _asend_unmounted(self, request: httpx.Request) -> Outcome:
         self._check_can_route(request)
         try:
-            if httpx2_support.takes_unmounted():
-                return Outcome.of_response(await httpx2_support.asend(request))
+            httpx2 = _httpx2_mocks()
+            if httpx2 is not None:
+                return Outcome.of_response(await httpx2.asend(request))
             if self.pool is not None:
                 response = await self.pool.send(self._bounded_in_real_time(request))
                 return Outcome.of_response(response)
@@ -238,7 +237,7 @@ class Sender:
         return _network_failure(exc)
 
     def _check_can_route(self, request: httpx.Request) -> None:
-        if self.network or is_loopback(request.url.host) or user_interceptors_active():
+        if self.network or is_loopback(request.url.host) or _user_interceptors_active():
             return
         raise Unrouted("no respx route or pytest-httpx mock is active to answer it either")
 
@@ -738,6 +737,26 @@ def _callable_outcome(result: Any) -> Outcome:
     )
 
 
+# Interception is respx's, which a process that never starts a fake (the server) does not
+# load: until respx is loaded, no router of a test's, and no mock of httpx2's, is in place.
+def _user_interceptors_active() -> bool:
+    if "respx" not in sys.modules:
+        return httpx_transports_patched()
+    from ..intercept import user_interceptors_active
+
+    return user_interceptors_active()
+
+
+def _httpx2_mocks() -> Any:
+    """``httpx2_support`` when a delivery nothing is mounted for goes out through httpx2 (only
+    httpx2's mocks can answer it), else None."""
+    if "respx" not in sys.modules:
+        return None
+    from .. import httpx2_support
+
+    return httpx2_support if httpx2_support.takes_unmounted() else None
+
+
 @functools.cache
 def _ssl_context() -> ssl.SSLContext:
     # Loading the CA bundle costs ~20 ms: once per process, not once per unmounted delivery.
@@ -751,7 +770,8 @@ def _network_failure(exc: Exception) -> Outcome:
     bug in the code that answered (a respx side effect, a pytest-httpx callback), handled as
     an app's exception."""
     name = type(exc).__name__
-    if isinstance(exc, AllMockedAssertionError):
+    respx_models = sys.modules.get("respx.models")
+    if respx_models is not None and isinstance(exc, respx_models.AllMockedAssertionError):
         raise Unrouted("the active respx routes do not match it") from exc
     if PYTEST_HTTPX_NO_RESPONSE in str(exc):
         request = getattr(exc, "_request", None)  # httpx's .request raises when unset
@@ -765,7 +785,7 @@ def _network_failure(exc: Exception) -> Outcome:
         isinstance(exc, httpx.ConnectError)
         and isinstance(request, httpx.Request)
         and is_loopback(request.url.host)
-        and not user_interceptors_active()
+        and not _user_interceptors_active()
     ):
         # A dev PUBLIC_URL (http://localhost:8000) with no server behind it: the app under
         # test was meant to answer, not a real endpoint that happens to be down.

@@ -123,6 +123,17 @@ class Kind:
         return _defaults(self.cls) if self.dataclass else {}
 
     @functools.cached_property
+    def filler(self) -> Callable[[Any, Mapping[str, Any], Callable[[Any], Any]], None] | None:
+        """For a dataclass (most objects of a large state): a function that sets an object's
+        fields from its row, written once for the class, as ``dataclasses`` writes
+        ``__init__``. A restart sets every field of every object: a loop over a plan per
+        field took most of it. The code is made of the class's own field names only; nothing
+        of a row is in it. None for the other kinds (the generic loop in ``Decoder.fill``)."""
+        if not self.dataclass or self.mapping or self.transient or self.links:
+            return None
+        return _make_filler(self.cls, self.fields)
+
+    @functools.cached_property
     def plain_defaults(self) -> dict[str, Any]:
         """Fields whose default is a plain value (or an empty list or dict): a row leaves
         them out while they hold it, which keeps rows small."""
@@ -354,7 +365,6 @@ class Decoder:
 
     def __init__(self, kinds: Mapping[str, Mapping[int, Any]], into: Mapping[int, Any]) -> None:
         self._objects: dict[int, Any] = {}
-        self._kinds: dict[int, Kind] = {}
         self._readers: dict[str, Callable[[Any], Any]] = {
             "$ref": self._deref,
             "$bytes": _unb64,
@@ -370,25 +380,28 @@ class Decoder:
             "$cron": _cron,
             "$error": lambda v: SavedError(_text(v)),
         }
+        objects = self._objects
         for name, rows in kinds.items():
             kind = _BY_NAME.get(name)
             if kind is None:
                 raise CodecError(f"unknown kind of object {name!r}")
+            cls = kind.cls
+            make: Callable[[type], Any] = dict.__new__ if kind.mapping else object.__new__
+            before = len(objects)
             for n, fields in rows.items():
-                if not isinstance(fields, dict):
+                if type(fields) is not dict:
                     raise CodecError(f"{name} {n}: expected an object of fields")
-                if n in self._objects:
-                    raise CodecError(f"{name} {n}: its id is taken by another object")
                 live = into.get(n)
-                if live is not None:
-                    if type(live) is not kind.cls:
-                        raise CodecError(f"{name} {n}: not a {type(live).__qualname__}")
-                    obj = live
-                elif kind.mapping:
-                    obj = dict.__new__(kind.cls)
+                if live is None:
+                    objects[n] = make(cls)
+                elif type(live) is not cls:
+                    raise CodecError(f"{name} {n}: not a {type(live).__qualname__}")
                 else:
-                    obj = object.__new__(kind.cls)
-                self._objects[n], self._kinds[n] = obj, kind
+                    objects[n] = live
+            if len(objects) != before + len(rows):
+                earlier = set(list(objects)[:before])
+                taken = min(n for n in rows if n in earlier)
+                raise CodecError(f"{name} {taken}: its id is taken by another object")
         self._rows = kinds
 
     def fill(self) -> None:
@@ -397,6 +410,17 @@ class Decoder:
         for name, rows in self._rows.items():
             kind = _BY_NAME[name]
             names = frozenset(kind.fields) | ({"$items"} if kind.mapping else frozenset())
+            filler = kind.filler
+            if filler is not None:
+                for n, fields in rows.items():
+                    if not names.issuperset(fields):
+                        unknown = sorted(fields.keys() - names)
+                        raise CodecError(f"{name} {n}: unknown fields {unknown}")
+                    try:
+                        filler(self._objects[n], fields, value)
+                    except _MissingField as exc:
+                        raise CodecError(f"{name} {n}: missing field {exc.args[0]!r}") from None
+                continue
             # Per field: its shared default (immutable), or what makes a fresh one.
             plan = []
             for field_name in kind.fields:
@@ -439,20 +463,18 @@ class Decoder:
 
     def link(self, roots: Mapping[str, Any]) -> None:
         """Point linked fields at the roots' collections they share."""
-        for n, kind in self._kinds.items():
+        for name, rows in self._rows.items():
+            kind = _BY_NAME[name]
             for field_name, (root, attribute) in kind.links.items():
                 owner = roots.get(root)
-                if owner is None or not hasattr(owner, attribute):
-                    raise CodecError(f"{kind.name} {n}: no {root}.{attribute} to share")
-                object.__setattr__(self._objects[n], field_name, getattr(owner, attribute))
+                for n in rows:
+                    if owner is None or not hasattr(owner, attribute):
+                        raise CodecError(f"{kind.name} {n}: no {root}.{attribute} to share")
+                    object.__setattr__(self._objects[n], field_name, getattr(owner, attribute))
 
     def value(self, v: Any) -> Any:
         t = type(v)
-        if v is None or t is str or t is int or t is bool or t is float:
-            return v
-        if t is list:
-            return self._list(v)
-        if t is dict:
+        if t is dict:  # first: the fillers ask only for values that are not scalars
             # A tagged value is a one-key object (a deque's has its maxlen beside); the
             # encoder writes no plain mapping of one key that starts with "$".
             size = len(v)
@@ -474,6 +496,10 @@ class Decoder:
                     raise CodecError("a deque's maxlen is no integer")
                 return deque(self._list(v["$deque"]), maxlen)
             return {k: self.value(item) for k, item in v.items()}
+        if t is list:
+            return self._list(v)
+        if v is None or t is str or t is int or t is bool or t is float:
+            return v
         raise CodecError(f"unexpected {t.__name__} in the state")
 
     def _list(self, v: Any) -> list[Any]:
@@ -484,6 +510,8 @@ class Decoder:
     def _keys(self, v: Any) -> list[Any]:
         """Set members and mapping keys: plain values only (an object's hash may depend on
         fields not set yet)."""
+        if type(v) is list and all(type(key) in _PLAIN_KEYS for key in v):
+            return v  # plain keys are their own JSON (the usual case: names, ids)
         keys = self._list(v)
         for key in keys:
             members = key if type(key) in (tuple, frozenset) else (key,)
@@ -518,6 +546,45 @@ _PLAIN_KEYS = (str, int, float, bool, type(None), bytes)
 #: JSON values that are themselves (no tag to read).
 _SCALARS = frozenset({str, int, float, bool})
 _MISSING: Any = object()
+
+
+class _MissingField(Exception):
+    """A row without a field that has no default (the caller names the row)."""
+
+
+def _make_filler(
+    cls: type, fields: tuple[str, ...]
+) -> Callable[[Any, Mapping[str, Any], Callable[[Any], Any]], None]:
+    declared = {f.name: f for f in dataclasses.fields(cls)}
+    frozen = cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    namespace: dict[str, Any] = {
+        "MISSING": _MISSING,
+        "SCALARS": _SCALARS,
+        "MissingField": _MissingField,
+        "set_field": object.__setattr__,
+    }
+    lines = ["def fill(obj, row, value):", "    get = row.get"]
+    for i, name in enumerate(fields):
+        if not name.isidentifier():  # a dataclass field always is: never trust, though
+            raise CodecError(f"{cls.__qualname__} has a field named {name!r}")
+        field = declared[name]
+        lines.append(f"    v = get({name!r}, MISSING)")
+        if field.default is not dataclasses.MISSING:
+            namespace[f"D{i}"] = field.default
+            lines.append(f"    if v is MISSING: v = D{i}")
+        elif field.default_factory is not dataclasses.MISSING:
+            namespace[f"F{i}"] = field.default_factory
+            lines.append(f"    if v is MISSING: v = F{i}()")
+        else:
+            lines.append(f"    if v is MISSING: raise MissingField({name!r})")
+        lines.append("    elif v is not None and type(v) not in SCALARS: v = value(v)")
+        if frozen:
+            lines.append(f"    set_field(obj, {name!r}, v)")
+        else:
+            lines.append(f"    obj.{name} = v")
+    exec("\n".join(lines), namespace)  # our own field names only, as dataclasses does
+    filler: Callable[[Any, Mapping[str, Any], Callable[[Any], Any]], None] = namespace["fill"]
+    return filler
 
 
 def _same(value: Any) -> Any:

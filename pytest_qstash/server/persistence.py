@@ -829,13 +829,14 @@ class DataDir(InMemory):
             if table not in codec.KIND_NAMES:
                 raise PersistenceError(f"{unreadable}: unknown table {table!r}")
             rows = db.execute(f'SELECT id, fields FROM "{table}"').fetchall()
-            if not all(type(fields) is str for _, fields in rows):
+            ids, cells = zip(*rows, strict=True) if rows else ((), ())
+            if not set(map(type, cells)) <= {str}:
                 raise PersistenceError(f"{unreadable}: {table} holds cells that are not JSON")
             # One parse per table, not per row: most of a restart is reading these.
-            parsed = _json("[" + ",".join(fields for _, fields in rows) + "]", table)
+            parsed = _json("[" + ",".join(cells) + "]", table)
             if len(parsed) != len(rows):
                 raise PersistenceError(f"{unreadable}: {table} holds cells that are not JSON")
-            kinds[table] = {n: fields for (n, _), fields in zip(rows, parsed, strict=True)}
+            kinds[table] = dict(zip(ids, parsed, strict=True))
         document: codec.Document = {"meta": meta, "roots": roots, "kinds": kinds}
         try:
             document = codec.migrate(document, schema)
