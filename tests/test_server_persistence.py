@@ -148,6 +148,14 @@ def everything(server: ServerProcess) -> dict[str, Any]:
     return state
 
 
+def listed(server: ServerProcess) -> dict[str, Any]:
+    """What the control API lists (reads that change nothing: no QStash API call, which the
+    API-call log would keep)."""
+    auth = {"Authorization": f"Bearer {server.token}"}
+    with httpx.Client(base_url=server.url, headers=auth, timeout=10) as http:
+        return {name: http.get(f"/_qstash/{name}").json() for name in LISTS}
+
+
 def test_a_restart_keeps_the_state(tmp_path: Path, endpoint: Endpoint) -> None:
     server = serve(tmp_path, start="2026-06-01T00:00:00Z")  # far from the crons' firings
     try:
@@ -216,6 +224,38 @@ def test_a_restart_keeps_the_state(tmp_path: Path, endpoint: Endpoint) -> None:
         assert token in cells
         assert again.message_id not in cells  # type: ignore[union-attr]
         assert before["messages"][0]["message_id"] not in cells
+    finally:
+        server.stop()
+
+
+def test_a_server_only_read_stops_without_writing_its_state_again(
+    tmp_path: Path, endpoint: Endpoint
+) -> None:
+    """A clean stop writes the last snapshot only when something changed since the one on
+    disk: a large state that was restarted and read stops at once, and is still whole."""
+    server = serve(tmp_path)
+    try:
+        sdk = QStash(server.token, base_url=server.url, retry=False)
+        kept = sdk.message.publish_json(url=f"{endpoint.url}/later", body={"n": 1}, delay="1d")
+        server.stop()
+        snapshot = tmp_path / "snapshot.sqlite"
+        written = snapshot.stat()
+
+        server = serve(tmp_path)  # read through the control API (no QStash API call)
+        before = listed(server)
+        server.stop()
+        unchanged = snapshot.stat()
+        assert (unchanged.st_ino, unchanged.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["lock", "snapshot.sqlite"]
+
+        server = serve(tmp_path)  # changed: the stop writes it
+        assert listed(server) == before
+        sdk = QStash(server.token, base_url=server.url, retry=False)
+        sdk.message.cancel(kept.message_id)  # type: ignore[union-attr]
+        server.stop()
+        assert snapshot.stat().st_ino != written.st_ino
+        server = serve(tmp_path)
+        assert [m.state for m in server.messages] == ["CANCELED"]
     finally:
         server.stop()
 

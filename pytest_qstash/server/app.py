@@ -38,7 +38,7 @@ from ..fake import FakeQStash
 from ..state.models import Delivery
 from ..state.plans import DEFAULT_PLAN, PLANS, plan_named
 from ..state.provisioned import keep_names
-from . import records, verbs
+from . import fastjson, records, verbs
 from .dashboard import DASHBOARD_PATH, Dashboard
 from .deliveries import DEFAULT_ATTEMPT_TIMEOUT_S, ServerDeliveries
 from .errors import ControlError
@@ -52,6 +52,7 @@ CLOCK_MODES: tuple[ClockMode, ...] = ("real", "virtual")
 _log = logging.getLogger("pytest_qstash.server")
 #: The real clock's task looks at least this often (seconds), even when nothing is due.
 _IDLE_WAIT = 1.0
+_JSON = {"Content-Type": "application/json"}
 #: QStash's largest message (the largest plan's limit).
 _LARGEST_MESSAGE_BYTES = max(plan.max_message_bytes for plan in PLANS.values())
 #: The largest request body the server reads: QStash's largest message (the plan's own limit
@@ -336,7 +337,8 @@ class QStashServerApp:
         method = request.method
         if method == "GET" and action in records.MODELS:
             render = records.MODELS[action].render
-            return httpx.Response(200, json=[render(item) for item in getattr(self.fake, action)])
+            body = fastjson.dumps([render(item) for item in getattr(self.fake, action)])
+            return httpx.Response(200, content=body, headers=_JSON)
         verb = verbs.ROUTES.get((method, action or "state"))
         if verb is None:
             known = [f"{m} {route}" for m, route in verbs.ROUTES] + [

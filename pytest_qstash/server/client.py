@@ -138,7 +138,13 @@ class Client:
 
     @property
     def events(self) -> Found[Event]:
-        return self._list("events", records.EVENT)
+        """QStash's log; each entry's ``message`` is linked from the messages list (read
+        after the log, so it has every message a line is about)."""
+        events = list(self._list("events", records.EVENT))
+        messages = {message.message_id: message for message in self.messages}
+        for event in events:
+            event.message = messages.get(event.message_id)
+        return Found(events, records.EVENT.kind)
 
     @property
     def schedules(self) -> Found[Schedule]:

@@ -63,6 +63,7 @@ from ..state.clock import VirtualClock
 from ..state.ids import IdGenerator
 from ..state.store import Store
 from . import datadir_codec as codec
+from . import fastjson
 
 _log = logging.getLogger("pytest_qstash.server")
 
@@ -922,16 +923,23 @@ class DataDir(InMemory):
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._task
             if self._child is not None:
-                os.waitpid(self._child[0], 0)  # its rename must not land after ours
+                _, status = os.waitpid(self._child[0], 0)  # its rename must not land after ours
                 os.close(self._child[3])
                 self._child = None
+                if os.waitstatus_to_exitcode(status) != 0:
+                    self._last_mark = ()  # what it was writing is not on disk
             if self._retiring is not None:
                 self._retiring.join()
             if self._journal is not None:
                 journal, self._journal = self._journal, None
                 self._open.append((self._generation, journal))
+                # Nothing changed since the last snapshot (written whole): it is the last
+                # one, and the journal opened after it is empty. A large state that was only
+                # read stops at once.
+                unchanged = self.error is None and self._last_mark == self._mark(app)
                 try:
-                    self._write(self._state(app), self._generation)
+                    if not unchanged:
+                        self._write(self._state(app), self._generation)
                 except Exception as exc:
                     _log.error(
                         "the last snapshot to %s failed (%s: %s); the journals keep what "
@@ -979,7 +987,7 @@ def _json(value: Any, where: str) -> Any:
     if not isinstance(value, str):
         raise PersistenceError(f"{where}: not JSON text")
     try:
-        return json.loads(value)
+        return fastjson.loads(value)
     except (ValueError, RecursionError):
         raise PersistenceError(f"{where}: not JSON") from None
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import operator
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, TypeVar
@@ -260,38 +259,68 @@ class Model(Generic[T]):
         #: Wire fields that grow with what the item holds (a run's messages, a queue's
         #: members): a list's row (``summary``) goes without them.
         self.summary_leaves = frozenset(summary_leaves)
+        self._renderers: dict[frozenset[str], Callable[[Any], dict[str, Any]]] = {}
 
     @functools.cached_property
     def _plan(self) -> tuple[_Step, ...]:
-        """Per rendered field, in order: its name, what reads it from an item, what writes a
-        value that is not None (None: the value is its own JSON), and the nested field and
-        key it is a copy of (``Derived.same_as``). Planned once: a list renders thousands of
-        items."""
+        """Per rendered field, in order: its name, what reads it from an item (an attribute
+        name, or a function), what writes a value that is not None (None: the value is its
+        own JSON), and the nested field and key it is a copy of (``Derived.same_as``)."""
         plan: list[_Step] = []
         for wire in self.fields:
             if self._get is not None:
-                read: Callable[[Any], Any] = functools.partial(_read_with, self._get, wire.field)
+                read: str | Callable[[Any], Any] = functools.partial(
+                    _read_with, self._get, wire.field
+                )
             else:
-                read = operator.attrgetter(wire.field)
+                read = wire.field
             plan.append((wire.name, read, _writer(wire.kind), None))
         for extra in self.derived:
-            read = extra.read if extra.read is not None else operator.attrgetter(extra.name)
-            plan.append((extra.name, read, _writer(extra.kind), extra.same_as))
+            plan.append((extra.name, extra.read or extra.name, _writer(extra.kind), extra.same_as))
         return tuple(plan)
 
-    def render(self, item: T, *, without: frozenset[str] = frozenset()) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name, read, write, same_as in self._plan:
-            if without and name in without:
+    def _renderer(self, without: frozenset[str]) -> Callable[[Any], dict[str, Any]]:
+        """The function that renders an item, leaving out ``without``: written once per
+        model (and per set of fields left out), as ``dataclasses`` writes ``__init__``, since
+        a list renders thousands of items. Its code is made of the model's own field names;
+        nothing of an item is in it."""
+        made = self._renderers.get(without)
+        if made is not None:
+            return made
+        namespace: dict[str, Callable[[Any], Any]] = {}
+        lines = ["def render(item):", "    out = {}"]
+        for i, (name, read, write, same_as) in enumerate(self._plan):
+            if name in without:
                 continue
+            indent = "    "
             if same_as is not None:
-                nested = out.get(same_as[0])
-                if nested is not None:
-                    out[name] = nested[same_as[1]]
-                    continue
-            value = read(item)
-            out[name] = value if value is None or write is None else write(value)
-        return out
+                lines += [
+                    f"    nested = out.get({same_as[0]!r})",
+                    "    if nested is not None:",
+                    f"        out[{name!r}] = nested[{same_as[1]!r}]",
+                    "    else:",
+                ]
+                indent = "        "
+            if isinstance(read, str):
+                if not read.isidentifier():
+                    raise ValueError(f"{self.kind}: no attribute can be named {read!r}")
+                lines.append(f"{indent}v = item.{read}")
+            else:
+                namespace[f"R{i}"] = read
+                lines.append(f"{indent}v = R{i}(item)")
+            if write is None:
+                lines.append(f"{indent}out[{name!r}] = v")
+            else:
+                namespace[f"W{i}"] = write
+                lines.append(f"{indent}out[{name!r}] = None if v is None else W{i}(v)")
+        lines.append("    return out")
+        exec("\n".join(lines), namespace)  # the model's own field names only
+        made = namespace["render"]
+        self._renderers[without] = made
+        return made
+
+    def render(self, item: T, *, without: frozenset[str] = frozenset()) -> dict[str, Any]:
+        return self._renderer(without)(item)
 
     def summary(self, item: T) -> dict[str, Any]:
         """The item's JSON without ``summary_leaves``: what a list shows, bounded whatever
@@ -316,8 +345,11 @@ class Model(Generic[T]):
             ) from None
 
 
-#: One rendered field: its name, reader, writer and what it is a copy of (``Model._plan``).
-_Step = tuple[str, Callable[[Any], Any], "Callable[[Any], Any] | None", "tuple[str, str] | None"]
+#: One rendered field: its name, reader (an attribute's name or a function), writer and what
+#: it is a copy of (``Model._plan``).
+_Step = tuple[
+    str, "str | Callable[[Any], Any]", "Callable[[Any], Any] | None", "tuple[str, str] | None"
+]
 
 
 def _read_with(get: Callable[[Any, str], Any], field: str, item: Any) -> Any:
@@ -474,8 +506,10 @@ EVENT = Model(
         Wire("response_status"),
         Wire("response_headers", HEADERS),
         Wire("response_body", TEXT, "response_content"),
-        Wire("message", Nested(MESSAGE)),
     ],
+    # The message a log line is about is in the messages list, by ``message_id`` (the
+    # client links it back): nesting it sent every message again with each of its lines.
+    left_out=["message"],
 )
 
 
