@@ -39,7 +39,7 @@ from . import (
 )
 from ._http import CAUSE, ApiError, error_response, request_path
 from .faults import FaultTable
-from .plan_limits import plan_limits
+from .refusals import store_refusals
 
 Handler = Callable[..., httpx.Response]
 
@@ -167,7 +167,7 @@ def handle(
     refused: str | None = None  # why a 400 refused the call
     try:
         handler, params = _route(request.method, path, query, endpoint)
-        with plan_limits():  # the store's refusals, answered as QStash answers them
+        with store_refusals():  # as QStash answers them
             response = handler(store, request, **params)
     except ApiError as exc:
         response = error_response(exc.status, exc.message)

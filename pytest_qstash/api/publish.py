@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from ..state.deliverable import HOP_BY_HOP, INVALID_DESTINATION, Undeliverable
+from ..state.deliverable import HOP_BY_HOP, INVALID_DESTINATION
 from ..state.invocations import unwrap as unwrap_invocation
 from ..state.models import Invoker, Message
 from ..state.options import (
@@ -131,15 +131,6 @@ def _request_options(request: httpx.Request) -> httpx.Headers:
 Results = tuple[list[Published], bool]  # what was published, whether to a URL group
 
 
-def check_destination(store: Store, destination: str, *, group_needs_endpoints: bool) -> str:
-    """The destination to publish to (``Store.checked_destination``); 400 for what it
-    refuses."""
-    try:
-        return store.checked_destination(destination, group_needs_endpoints=group_needs_endpoints)
-    except Undeliverable as exc:
-        raise ApiError(400, str(exc)) from None
-
-
 def _publish(
     store: Store,
     destination: str,
@@ -150,7 +141,7 @@ def _publish(
     daily: bool = False,
     cause: Message | None = None,
 ) -> Results:
-    destination = check_destination(store, destination, group_needs_endpoints=True)
+    destination = store.checked_destination(destination, group_needs_endpoints=True)
     if daily:
         store.count_daily(1)  # a batch counts all its messages before creating any
     try:
@@ -218,7 +209,7 @@ def _batch_item(
     opts = _checked_options(store, headers)
     content = (body or "").encode()
     store.check_message(opts, content)
-    destination = check_destination(store, destination, group_needs_endpoints=True)
+    destination = store.checked_destination(destination, group_needs_endpoints=True)
     return destination, opts, content, queue
 
 

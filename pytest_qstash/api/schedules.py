@@ -17,7 +17,7 @@ from ._http import (
     json_response,
     put_body,
 )
-from .publish import check_destination, check_name, publish_options
+from .publish import check_name, publish_options
 
 
 def create_schedule(store: Store, request: httpx.Request, destination: str) -> httpx.Response:
@@ -38,7 +38,7 @@ def create_schedule(store: Store, request: httpx.Request, destination: str) -> h
         check_name(opts.schedule_id, "schedule id")
     if opts.queue is not None:
         check_name(opts.queue, "queue name")
-    destination = check_destination(store, destination, group_needs_endpoints=False)
+    destination = store.checked_destination(destination, group_needs_endpoints=False)
     store.check_message(opts, request.content)
     store.check_new_schedule(opts.schedule_id)
     schedule, deduplicated = store.schedules.put(

@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 
-from ..state.deliverable import Undeliverable, checked_url
+from ..state.deliverable import checked_url
 from ..state.store import Store
 from ..state.url_groups import Endpoint, UrlGroup
 from ._http import ApiError, empty_response, json_response, read_json, request_path
@@ -16,10 +16,8 @@ from .publish import check_name
 def upsert_endpoints(store: Store, request: httpx.Request, name: str) -> httpx.Response:
     check_name(name, "url group name")
     endpoints = _endpoints(read_json(request), need_url=True)
-    try:  # every endpoint is checked before the group changes
-        endpoints = [Endpoint(checked_url(e.url, "endpoint url"), e.name) for e in endpoints]
-    except Undeliverable as exc:
-        raise ApiError(400, str(exc)) from None
+    # Every endpoint is checked before the group changes.
+    endpoints = [Endpoint(checked_url(e.url, "endpoint url"), e.name) for e in endpoints]
     store.check_new_url_group(name)
     now = store.clock.now_ms
     group = store.url_groups.setdefault(name, UrlGroup(name, now, now))
