@@ -131,7 +131,20 @@ class Kind:
         of a row is in it. None for the other kinds (the generic loop in ``Decoder.fill``)."""
         if not self.dataclass or self.mapping or self.transient or self.links:
             return None
-        return _make_filler(self.cls, self.fields)
+        return _make_filler(self.cls, self.field_defaults)
+
+    @functools.cached_property
+    def field_defaults(self) -> tuple[tuple[str, Any, Callable[[], Any] | None], ...]:
+        """Per saved field: its name, the shared default a row that leaves it out takes (a
+        plain value, never a list or dict; else ``_MISSING``), and what makes its default
+        otherwise (None: the field has none, a row must have it)."""
+        plan = []
+        for name in self.fields:
+            shared = self.plain_defaults.get(name, _MISSING)
+            if type(shared) in (list, dict):
+                shared = _MISSING
+            plan.append((name, shared, self.defaults.get(name)))
+        return tuple(plan)
 
     @functools.cached_property
     def plain_defaults(self) -> dict[str, Any]:
@@ -421,13 +434,7 @@ class Decoder:
                     except _MissingField as exc:
                         raise CodecError(f"{name} {n}: missing field {exc.args[0]!r}") from None
                 continue
-            # Per field: its shared default (immutable), or what makes a fresh one.
-            plan = []
-            for field_name in kind.fields:
-                shared = kind.plain_defaults.get(field_name, _MISSING)
-                if type(shared) in (list, dict):
-                    shared = _MISSING
-                plan.append((field_name, shared, kind.defaults.get(field_name)))
+            plan = kind.field_defaults
             plain_class = not kind.dataclass and "__dict__" in dir(kind.cls)
             for n, fields in rows.items():
                 obj = self._objects[n]
@@ -553,9 +560,10 @@ class _MissingField(Exception):
 
 
 def _make_filler(
-    cls: type, fields: tuple[str, ...]
+    cls: type, plan: tuple[tuple[str, Any, Callable[[], Any] | None], ...]
 ) -> Callable[[Any, Mapping[str, Any], Callable[[Any], Any]], None]:
-    declared = {f.name: f for f in dataclasses.fields(cls)}
+    """``fill(obj, row, value)`` for a dataclass, from its ``Kind.field_defaults``: per field,
+    the row's value (through ``value`` unless it is a scalar), else its default."""
     frozen = cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
     namespace: dict[str, Any] = {
         "MISSING": _MISSING,
@@ -564,16 +572,15 @@ def _make_filler(
         "set_field": object.__setattr__,
     }
     lines = ["def fill(obj, row, value):", "    get = row.get"]
-    for i, name in enumerate(fields):
+    for i, (name, shared, make) in enumerate(plan):
         if not name.isidentifier():  # a dataclass field always is: never trust, though
             raise CodecError(f"{cls.__qualname__} has a field named {name!r}")
-        field = declared[name]
         lines.append(f"    v = get({name!r}, MISSING)")
-        if field.default is not dataclasses.MISSING:
-            namespace[f"D{i}"] = field.default
+        if shared is not _MISSING:
+            namespace[f"D{i}"] = shared
             lines.append(f"    if v is MISSING: v = D{i}")
-        elif field.default_factory is not dataclasses.MISSING:
-            namespace[f"F{i}"] = field.default_factory
+        elif make is not None:
+            namespace[f"F{i}"] = make
             lines.append(f"    if v is MISSING: v = F{i}()")
         else:
             lines.append(f"    if v is MISSING: raise MissingField({name!r})")

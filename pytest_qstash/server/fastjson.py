@@ -26,7 +26,7 @@ def dumps(value: Any) -> bytes:
         try:
             encoded: bytes = orjson.dumps(value)
             return encoded
-        except (orjson.JSONEncodeError, TypeError):
+        except TypeError:  # orjson's JSONEncodeError is one
             pass
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
