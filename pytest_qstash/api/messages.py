@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from ..state.models import Message
+from ..state.models import InvalidTransition, Message
 from ..state.store import Store
 from ._http import ApiError, int_filter, json_response, message_json, query_filters, read_json
 from .events import MESSAGE_FILTERS, message_matches
@@ -28,11 +28,12 @@ def run_message_now(store: Store, request: httpx.Request, message_id: str) -> ht
             f"message {message_id} is in queue {message.queue}: queued "
             "messages are delivered in order and cannot be run now",
         )
-    if message.state == "ACTIVE":
+    try:
+        store.run_now(message)
+    except InvalidTransition:  # the model refuses one in flight (the one waiting state left)
         raise ApiError(
             400, f"message {message_id} is being delivered: it cannot be run now as well"
-        )
-    store.run_now(message)
+        ) from None
     return json_response({"messageId": message_id})
 
 
