@@ -216,7 +216,7 @@ def test_every_list_reads_back_as_its_in_process_items(populated: FakeQStash) ->
 
 def _plainly(model: records.Model[Any], item: Any) -> dict[str, Any]:
     """An item rendered field by field, each read from the item and written by its kind:
-    what ``Model.render`` gives, without its plan or its copies of rendered options."""
+    what ``Model.render`` gives, without its plan."""
 
     def write(kind: records.Kind, value: Any) -> Any:
         if value is None:
@@ -234,13 +234,16 @@ def _plainly(model: records.Model[Any], item: Any) -> dict[str, Any]:
     for extra in model.derived:
         value = extra.read(item) if extra.read is not None else getattr(item, extra.name)
         out[extra.name] = write(extra.kind, value)
+        if extra.hoisted_from is not None and out[extra.hoisted_from[0]] is not None:
+            del out[extra.hoisted_from[0]][extra.hoisted_from[1]]  # written at the top only
     return out
 
 
 def test_an_item_renders_as_its_fields_one_by_one(populated: FakeQStash) -> None:
-    """Rendering plans its fields once per model and takes a message's top-level copies of
-    its options (``Derived.same_as``) from the rendered options: the JSON is byte for byte
-    what reading and writing each field by itself gives, for every item of every list."""
+    """Rendering plans its fields once per model and moves what a message was published
+    with out of its rendered options to the top level (``Derived.hoisted_from``): the JSON
+    is byte for byte what reading and writing each field by itself gives, for every item of
+    every list."""
     for name, model in records.MODELS.items():
         for item in getattr(populated, name):
             rendered = model.render(item)
@@ -281,6 +284,20 @@ def test_a_body_that_is_not_json_reads_back_as_text(populated: FakeQStash) -> No
     assert copy.body == message.body  # the NUL byte too
     assert copy.retry_delay == "1000 * (1 + retried)"
     assert copy.deliveries[0].duration == message.deliveries[0].duration
+
+
+def test_what_a_message_was_published_with_is_written_once(populated: FakeQStash) -> None:
+    message = populated.messages.one(url=f"{SHOP}/fail")
+    rendered = records.MESSAGE.render(message)
+    hoisted = [d.name for d in records.MESSAGE.derived if d.hoisted_from]
+    assert {"method", "headers", "retry_delay", "callback"} <= set(hoisted)
+    assert not set(hoisted) & set(rendered["options"])  # at the top level only
+    assert rendered["retry_delay"] == "1000 * (1 + retried)"
+    sent = json.loads(json.dumps(rendered))
+    copy = records.MESSAGE.read(sent)
+    assert copy.options.retry_delay == message.options.retry_delay
+    assert copy.options.headers == message.options.headers
+    assert sent == json.loads(json.dumps(rendered))  # reading left the JSON as it was
 
 
 def test_a_server_of_another_shape_is_said_so() -> None:

@@ -13,6 +13,15 @@ dev server binary.
 
 from __future__ import annotations
 
+import sys
+
+# This process never runs httpx's own command line, whose import (rich, pygments, when
+# installed) is a tenth of a second of every start: a None in sys.modules makes that import
+# fail, and httpx defines its stand-in. Only when httpx is not loaded yet (an import of this
+# module into a process that has httpx, a test's, changes nothing there).
+if "httpx" not in sys.modules:
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+
 import argparse
 import asyncio
 import contextlib
@@ -24,7 +33,6 @@ import os
 import secrets
 import socket
 import string
-import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -290,6 +298,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "start": args.start,
     }
     explicit = frozenset(name for name, value in given.items() if value is not None)
+    # No cyclic collection until a data dir's restored state is frozen below: the first
+    # one after the load would walk every object it built.
+    gc.disable()
     try:
         persistence = DataDir(args.data_dir, explicit) if args.data_dir else None
         # Bad --start / --seed / --plan fail here, before binding, and a data dir's state is
@@ -298,17 +309,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError, PersistenceError) as exc:
         print(f"pytest-qstash serve: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if args.data_dir:
+            # A data dir's restored state (and the modules) lives until a reset: out of the
+            # cyclic collector's sight, a full collection (which serving's allocations
+            # trigger) walks none of it, nor touches its pages while a snapshot child shares
+            # them. No collection first: starting makes next to no cyclic garbage. A reset
+            # unfreezes it.
+            gc.freeze()
+        gc.enable()
     try:
         sock = _bind(args.host, args.port)
     except OSError as exc:
         print(f"pytest-qstash serve: {_bind_error(args.host, args.port, exc)}", file=sys.stderr)
         return 1
-    if persistence is not None:
-        # A data dir's restored state (and the modules) lives until a reset: out of the
-        # cyclic collector's sight, a full collection (which serving's allocations trigger)
-        # walks none of it, nor touches its pages while a snapshot child shares them. No
-        # collection first: starting makes next to no cyclic garbage. A reset unfreezes it.
-        gc.freeze()
     warning = beyond_loopback_warning(sock.getsockname()[0])
     if warning is not None:
         print(warning, file=sys.stderr, flush=True)
@@ -434,6 +448,7 @@ async def _serve(
         log_level=log_level,
         log_config=_log_config(log_level),
         lifespan="on",
+        ws="none",  # no WebSocket route: wsproto or websockets need not be imported
         access_log=False,
         http=_idle_closing_protocol(idle_timeout),
     )

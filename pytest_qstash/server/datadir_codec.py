@@ -502,7 +502,8 @@ class Decoder:
                 if maxlen is not None and type(maxlen) is not int:
                     raise CodecError("a deque's maxlen is no integer")
                 return deque(self._list(v["$deque"]), maxlen)
-            return {k: self.value(item) for k, item in v.items()}
+            value = self.value
+            return {k: item if type(item) in _SCALARS else value(item) for k, item in v.items()}
         if t is list:
             return self._list(v)
         if v is None or t is str or t is int or t is bool or t is float:
@@ -512,7 +513,8 @@ class Decoder:
     def _list(self, v: Any) -> list[Any]:
         if type(v) is not list:
             raise CodecError("expected a list")
-        return [self.value(item) for item in v]
+        value = self.value
+        return [item if type(item) in _SCALARS else value(item) for item in v]
 
     def _keys(self, v: Any) -> list[Any]:
         """Set members and mapping keys: plain values only (an object's hash may depend on

@@ -222,16 +222,15 @@ class Wire:
 class Derived:
     """A field the server renders from a property (``read`` says how), not read back.
 
-    ``same_as`` names a nested wire field and its key (``("options", "method")``) whose
-    rendered value this one is, by construction: the property reads that very field (a
-    message's ``method`` is its ``options.method``). It is taken from what was rendered
-    there rather than read and written a second time; when the nested field is null, the
-    property is read as usual."""
+    ``hoisted_from`` names a nested wire field and its key (``("options", "method")``) that
+    this property reads (a message's ``method`` is its ``options.method``): the value is
+    written once, here at the top level, and taken out of the nested JSON; reading puts it
+    back there. When the nested field is null, the property is read as usual."""
 
     name: str
     kind: Kind = PLAIN
     read: Callable[[Any], Any] | None = None
-    same_as: tuple[str, str] | None = None
+    hoisted_from: tuple[str, str] | None = None
 
 
 class Model(Generic[T]):
@@ -265,7 +264,7 @@ class Model(Generic[T]):
     def _plan(self) -> tuple[_Step, ...]:
         """Per rendered field, in order: its name, what reads it from an item (an attribute
         name, or a function), what writes a value that is not None (None: the value is its
-        own JSON), and the nested field and key it is a copy of (``Derived.same_as``)."""
+        own JSON), and the nested field and key it is moved out of (``Derived.hoisted_from``)."""
         plan: list[_Step] = []
         for wire in self.fields:
             if self._get is not None:
@@ -276,7 +275,9 @@ class Model(Generic[T]):
                 read = wire.field
             plan.append((wire.name, read, _writer(wire.kind), None))
         for extra in self.derived:
-            plan.append((extra.name, extra.read or extra.name, _writer(extra.kind), extra.same_as))
+            plan.append(
+                (extra.name, extra.read or extra.name, _writer(extra.kind), extra.hoisted_from)
+            )
         return tuple(plan)
 
     def _renderer(self, without: frozenset[str]) -> Callable[[Any], dict[str, Any]]:
@@ -289,15 +290,15 @@ class Model(Generic[T]):
             return made
         namespace: dict[str, Callable[[Any], Any]] = {}
         lines = ["def render(item):", "    out = {}"]
-        for i, (name, read, write, same_as) in enumerate(self._plan):
+        for i, (name, read, write, hoisted_from) in enumerate(self._plan):
             if name in without:
                 continue
             indent = "    "
-            if same_as is not None:
+            if hoisted_from is not None:
                 lines += [
-                    f"    nested = out.get({same_as[0]!r})",
+                    f"    nested = out.get({hoisted_from[0]!r})",
                     "    if nested is not None:",
-                    f"        out[{name!r}] = nested[{same_as[1]!r}]",
+                    f"        out[{name!r}] = nested.pop({hoisted_from[1]!r})",
                     "    else:",
                 ]
                 indent = "        "
@@ -327,10 +328,34 @@ class Model(Generic[T]):
         the item holds. ``read`` cannot read it back."""
         return self.render(item, without=self.summary_leaves)
 
+    @functools.cached_property
+    def _hoisted(self) -> tuple[tuple[str, str, str], ...]:
+        """Per hoisted field: its top-level name, and the nested field and key it goes back to."""
+        return tuple(
+            (extra.name, *extra.hoisted_from) for extra in self.derived if extra.hoisted_from
+        )
+
+    def _unhoisted(self, data: dict[str, Any]) -> dict[str, Any]:
+        """``data`` with each hoisted value put back into its nested field (copies: the
+        caller's JSON is left as it was)."""
+        data = dict(data)
+        copied: set[str] = set()
+        for name, nested, key in self._hoisted:
+            inner = data[nested]
+            if inner is None:
+                continue
+            if nested not in copied:
+                inner = data[nested] = dict(inner)
+                copied.add(nested)
+            inner[key] = data[name]
+        return data
+
     def read(self, data: dict[str, Any]) -> T:
         """An instance of the model from what ``render`` wrote; ``ValueError`` when the
         JSON is not one (a server of another version, say)."""
         try:
+            if self._hoisted:
+                data = self._unhoisted(data)
             values = {
                 wire.field: None if data[wire.name] is None else wire.kind.decode(data[wire.name])
                 for wire in self.fields
@@ -421,6 +446,12 @@ MESSAGE_OPTIONS = Model(
     left_out=["callback_options", "failure_callback_options", "given"],
 )
 
+
+def _option(name: str, kind: Kind = PLAIN) -> Derived:
+    """A message's property that reads its option ``name``, written at the top level."""
+    return Derived(name, kind, hoisted_from=("options", name))
+
+
 MESSAGE = Model(
     Message,
     "message",
@@ -452,23 +483,21 @@ MESSAGE = Model(
         Derived("content_type"),
         Derived("done"),
         Derived("labels", _Tuple()),
-        # What the message was published with, at the top level too, as before ``options``
-        # (each the property that reads its option: rendered once, in ``options``).
-        Derived("method", same_as=("options", "method")),
-        Derived("headers", HEADERS, same_as=("options", "headers")),
-        Derived("label", same_as=("options", "label")),
-        Derived("deduplication_id", same_as=("options", "deduplication_id")),
-        Derived("content_based_deduplication", same_as=("options", "content_based_deduplication")),
-        Derived("retry_delay", same_as=("options", "retry_delay")),
-        Derived("timeout_ms", same_as=("options", "timeout_ms")),
-        Derived("callback", same_as=("options", "callback")),
-        Derived("failure_callback", same_as=("options", "failure_callback")),
-        Derived("callback_headers", HEADERS, same_as=("options", "callback_headers")),
-        Derived(
-            "failure_callback_headers", HEADERS, same_as=("options", "failure_callback_headers")
-        ),
-        Derived("flow_control", Nested(FLOW_CONTROL), same_as=("options", "flow_control")),
-        Derived("redact", _Tuple(), same_as=("options", "redact")),
+        # What the message was published with, at the top level (the fields a test reads),
+        # each the property that reads its option: written there only, not in ``options``.
+        _option("method"),
+        _option("headers", HEADERS),
+        _option("label"),
+        _option("deduplication_id"),
+        _option("content_based_deduplication"),
+        _option("retry_delay"),
+        _option("timeout_ms"),
+        _option("callback"),
+        _option("failure_callback"),
+        _option("callback_headers", HEADERS),
+        _option("failure_callback_headers", HEADERS),
+        _option("flow_control", Nested(FLOW_CONTROL)),
+        _option("redact", _Tuple()),
     ],
 )
 
