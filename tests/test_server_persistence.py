@@ -5,9 +5,11 @@ SDK as the client, an HTTP endpoint in this process receiving the deliveries."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import gc
 import json
+import logging
 import os
 import pickle
 import shutil
@@ -28,7 +30,7 @@ import pytest
 from qstash import QStash
 from qstash.message import FlowControl
 
-from pytest_qstash.server import ServerProcess, persistence
+from pytest_qstash.server import ServerProcess, journal, persistence
 from pytest_qstash.server import datadir_codec as codec
 from pytest_qstash.server.app import QStashServerApp, ServerSettings
 from pytest_qstash.server.persistence import DataDir, PersistenceError
@@ -111,7 +113,7 @@ def status_line(server: ServerProcess) -> str:
 
 def newest_journal(data_dir: Path) -> int:
     """The generation of the journal taking entries now (the newest one)."""
-    return max(int(p.name.split("-")[1].split(".")[0]) for p in data_dir.glob("journal-*.sqlite"))
+    return max(int(p.name.split("-")[1].split(".")[0]) for p in data_dir.glob("journal-*.jsonl"))
 
 
 def snapshot_covers(data_dir: Path, generation: int) -> bool:
@@ -397,10 +399,13 @@ def test_a_data_dir_of_another_clock_or_version_is_refused(tmp_path: Path) -> No
     assert "Traceback" not in done.stderr
 
 
-def test_a_torn_journal_tail_loses_only_the_entry_it_tore(tmp_path: Path) -> None:
-    """What ``kill -9`` in the middle of a journal write leaves: the WAL's last frame cut
-    short. The journal is copied while the server still has it open (as a killed server
-    leaves it), its tail torn, and a server started on the copy."""
+def test_a_torn_journal_tail_loses_only_the_entry_it_tore(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What ``kill -9`` in the middle of a journal write leaves: its last line cut short.
+    The journal is copied while the server still has it open (as a killed server leaves
+    it), its tail torn, and a server started on the copy: the entries before it are
+    replayed, and the log says one was dropped."""
     settings = ServerSettings("token-1", "sig_a", "sig_b", clock="virtual", start="2026-01-01")
     auth = {"Authorization": "Bearer token-1"}
 
@@ -423,8 +428,8 @@ def test_a_torn_journal_tail_loses_only_the_entry_it_tore(tmp_path: Path) -> Non
         return ids
 
     ids = asyncio.run(crash_copy())
-    [wal] = (tmp_path / "b").glob("journal-*.sqlite-wal")
-    wal.write_bytes(wal.read_bytes()[:-7])
+    [journal] = (tmp_path / "b").glob("journal-*.jsonl")
+    journal.write_bytes(journal.read_bytes()[:-7])
 
     async def restart() -> list[str]:
         app = QStashServerApp(settings, DataDir(tmp_path / "b"))
@@ -434,7 +439,124 @@ def test_a_torn_journal_tail_loses_only_the_entry_it_tore(tmp_path: Path) -> Non
         await app.shutdown()
         return restored
 
-    assert asyncio.run(restart()) == ids[:-1]
+    with caplog.at_level(logging.WARNING, logger="pytest_qstash.server"):
+        assert asyncio.run(restart()) == ids[:-1]
+    assert "its last entry was cut short by a crash" in caplog.text
+
+
+#: The journal table pytest-qstash wrote before its journals were JSON lines.
+_SQLITE_JOURNAL = """
+CREATE TABLE journal (
+    seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, method TEXT NOT NULL, target TEXT NOT NULL,
+    headers BLOB NOT NULL, body BLOB NOT NULL, at_ms INTEGER NOT NULL, drawn INTEGER NOT NULL
+)
+"""
+
+
+def test_a_journal_an_earlier_version_wrote_in_sqlite_is_replayed(tmp_path: Path) -> None:
+    """An upgrade after a ``kill -9``: the journal the earlier version left (a sqlite table)
+    is replayed as its own would be, then retired once a snapshot covers it."""
+    settings = ServerSettings("token-1", "sig_a", "sig_b", clock="virtual", start="2026-01-01")
+    auth = {"Authorization": "Bearer token-1", "Upstash-Delay": "1h"}
+
+    async def crash_copy() -> list[str]:
+        app = QStashServerApp(settings, DataDir(tmp_path / "a"))
+        app.startup()
+        app.persistence.started(app)
+        ids = []
+        for n in range(3):
+            request = httpx.Request(
+                "POST", f"http://127.0.0.1:1/v2/publish/https://example.com/{n}", headers=auth
+            )
+            ids.append(json.loads(app.api(request).content)["messageId"])
+        shutil.copytree(tmp_path / "a", tmp_path / "b", ignore=shutil.ignore_patterns("lock"))
+        await app.shutdown()
+        return ids
+
+    ids = asyncio.run(crash_copy())
+    [new] = (tmp_path / "b").glob("journal-*.jsonl")
+    entries = [json.loads(line) for line in new.read_bytes().splitlines()[1:]]
+    assert len(entries) == 3
+    old = new.with_suffix(".sqlite")
+    db = sqlite3.connect(old)
+    db.execute(_SQLITE_JOURNAL)
+    db.executemany(
+        "INSERT INTO journal VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (
+                e["seq"],
+                e["kind"],
+                e["method"],
+                e["target"],
+                e["headers"].encode("latin-1"),
+                base64.b64decode(e["body"]),
+                e["at_ms"],
+                e["drawn"],
+            )
+            for e in entries
+        ],
+    )
+    db.commit()
+    db.close()
+    new.unlink()
+
+    async def restart() -> tuple[list[str], str]:
+        app = QStashServerApp(settings, DataDir(tmp_path / "b"))
+        app.startup()
+        app.persistence.started(app)
+        restored = list(app.fake.store.messages), app.persistence.describe(app)
+        await app.shutdown()  # a clean stop: its snapshot covers the old journal
+        return restored
+
+    restored, described = asyncio.run(restart())
+    assert restored == ids
+    assert "3 journal entries replayed" in described
+    assert not list((tmp_path / "b").glob("journal-*.sqlite*"))
+
+
+def test_a_journal_of_a_newer_format_is_refused_naming_both_versions(tmp_path: Path) -> None:
+    data_dir = tmp_path / "state"
+    data_dir.mkdir(mode=0o700)
+    newer = data_dir / "journal-00000007.jsonl"
+    newer.write_bytes(b'{"journal": 99, "version": "9.9.9"}\n{"seq": 1}\n')
+    newer.chmod(0o600)
+    with pytest.raises(PersistenceError) as refused:
+        DataDir(data_dir)
+    message = str(refused.value)
+    assert "pytest-qstash 9.9.9 in journal format 99" in message
+    assert f"reads format {journal.FORMAT} and older" in message
+    assert newer.read_bytes().startswith(b'{"journal": 99')  # left as it was
+    with pytest.raises(PersistenceError, match="journal format 99"):
+        DataDir(data_dir)  # the same answer again: the refused start let go of its lock
+
+
+def test_a_journal_write_cut_short_is_taken_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write the disk cuts short (full) raises and leaves the journal whole lines: the
+    entries before and after it are read back, nothing torn or skipped."""
+    path = tmp_path / "journal-00000001.jsonl"
+    file = journal.JournalFile(path, "test")
+    file.append(journal.line(1, "api", "POST", "https://a.test/1", b"A: b", b"one", 5, 0))
+    real_write = os.write
+
+    def half_then_full(fd: int, data: bytes) -> int:
+        real_write(fd, data[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(journal.os, "write", half_then_full)
+    with pytest.raises(OSError, match="No space left"):
+        file.append(journal.line(2, "api", "POST", "https://a.test/2", b"", b"two", 6, 1))
+    monkeypatch.setattr(journal.os, "write", real_write)
+    file.append(journal.line(3, "api", "POST", "https://a.test/3", b"", b"\x00\xff", 7, 2))
+    file.close()
+    found = journal.read(path)
+    assert [(e.seq, e.body, e.headers) for e in found.entries] == [
+        (1, b"one", b"A: b"),
+        (3, b"\x00\xff", b""),
+    ]
+    assert (found.skipped, found.torn) == (0, False)
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
 
 
 def test_ids_come_out_the_same_though_deliveries_are_not_replayed(tmp_path: Path) -> None:
@@ -528,7 +650,7 @@ def test_without_fork_a_thread_writes_the_snapshot(
         return list(app.fake.store.messages)
 
     ids = asyncio.run(serve_and_snapshot())
-    assert len(list((tmp_path / "b").glob("journal-*.sqlite"))) == 1  # the one opened after
+    assert len(list((tmp_path / "b").glob("journal-*.jsonl"))) == 1  # the one opened after
 
     async def restart() -> tuple[list[str], str]:
         app = QStashServerApp(settings, DataDir(tmp_path / "b"))
@@ -606,7 +728,7 @@ def test_the_first_snapshot_after_a_replay_waits_for_the_first_clients(
         data_dir.started(app)
         waits = data_dir._last_taken - time.monotonic()
         data_dir._step(app)  # not yet, though snapshots may otherwise be taken at once
-        journals = len(list((tmp_path / "b").glob("journal-*.sqlite")))
+        journals = len(list((tmp_path / "b").glob("journal-*.jsonl")))
         described = data_dir.describe(app)
         await app.shutdown()
         return waits, described, journals
@@ -760,7 +882,7 @@ def test_the_data_dir_and_its_files_are_private(tmp_path: Path) -> None:
         sdk.message.publish_json(url="https://example.com/x", body={}, delay="1d")
         assert oct(data_dir.stat().st_mode & 0o777) == "0o700"
         files = sorted(p.name for p in data_dir.iterdir())
-        assert any(name.endswith("-wal") for name in files), files  # the journal's, in use
+        assert any(name.endswith(".jsonl") for name in files), files  # the journal, in use
         for path in data_dir.iterdir():
             assert oct(path.stat().st_mode & 0o777) == "0o600", path.name
     finally:
@@ -835,9 +957,10 @@ class _Touch:
 
 
 def test_pickled_cells_run_nothing(tmp_path: Path) -> None:
-    """Every cell of a data dir (its snapshot's and its journal's) replaced, one at a time,
-    by a pickle that would create a file: a start refuses the data dir (PersistenceError,
-    a clear sentence) or serves, with no 500; the file is never created."""
+    """Every cell of a data dir (each field of its snapshot's rows and of its journal's
+    lines) replaced, one at a time, by a pickle that would create a file: a start refuses
+    the data dir (PersistenceError, a clear sentence) or serves, with no 500; the file is
+    never created."""
     settings = ServerSettings("token-1", "sig_a", "sig_b", clock="virtual", start="2026-01-01")
     auth = {"Authorization": "Bearer token-1"}
 
@@ -869,6 +992,11 @@ def test_pickled_cells_run_nothing(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     payload = pickle.dumps(_Touch(marker))
     cells: list[tuple[str, str, str, int]] = []
+    for journal_path in sorted((tmp_path / "base").glob("journal-*.jsonl")):
+        lines = journal_path.read_bytes().splitlines()
+        for number, line in enumerate(lines):
+            cells += [(journal_path.name, "line", key, number) for key in json.loads(line)]
+    assert len(cells) >= 10  # the journal's header and its one entry
     for db_path in sorted((tmp_path / "base").glob("*.sqlite")):
         db = sqlite3.connect(db_path)
         tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
@@ -898,6 +1026,18 @@ def test_pickled_cells_run_nothing(tmp_path: Path) -> None:
     for n, (file, table, column, rowid) in enumerate(cells):
         copy = tmp_path / f"copy-{n}"
         shutil.copytree(tmp_path / "base", copy)
+        if table == "line":  # a journal line's field, the pickle as the text JSON can hold
+            lines = (copy / file).read_bytes().splitlines()
+            fields = json.loads(lines[rowid])
+            fields[column] = payload.decode("latin-1")
+            lines[rowid] = json.dumps(fields).encode()
+            (copy / file).write_bytes(b"\n".join(lines) + b"\n")
+            outcome = asyncio.run(start(copy))
+            assert "\n" not in outcome
+            outcomes.add(outcome.partition(":")[0])
+            shutil.rmtree(copy)
+            assert not marker.exists(), (file, column)
+            continue
         db = sqlite3.connect(copy / file)
         try:
             db.execute(f'UPDATE "{table}" SET "{column}" = ? WHERE rowid = ?', (payload, rowid))

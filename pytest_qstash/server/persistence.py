@@ -1,5 +1,5 @@
-"""The server's state on disk (``serve --data-dir DIR``): a snapshot and a journal, in sqlite,
-both plain data.
+"""The server's state on disk (``serve --data-dir DIR``): a snapshot (sqlite) and a journal
+(JSON lines), both plain data.
 
 - ``DIR/snapshot.sqlite`` holds the whole engine state as of one instant: a ``meta`` table
   (the data-dir schema, the version of pytest-qstash that wrote it, the server's settings),
@@ -8,10 +8,10 @@ both plain data.
   ``queues``, ``url_groups``, ``workflow_runs``, ``due_events``, ...), a row per object, its
   fields as JSON (``datadir_codec``). Reading it builds only the engine's own classes, by
   setting their fields: nothing in it is executed.
-- ``DIR/journal-N.sqlite`` (WAL) holds every QStash API request and control action answered
-  since, appended before its answer goes out, with the clock's time and the id generator's
-  position. A restart loads the snapshot and replays the journal through the same handlers
-  on the same clock, so the ids an answer gave come out the same.
+- ``DIR/journal-N.jsonl`` holds every QStash API request and control action answered since,
+  a line each, appended before its answer goes out, with the clock's time and the id
+  generator's position (``journal``). A restart loads the snapshot and replays the journal
+  through the same handlers on the same clock, so the ids an answer gave come out the same.
 
 Deliveries are not journaled: those made after the last snapshot are made again after a
 crash (QStash is at-least-once). A clean stop writes a final snapshot and redelivers nothing.
@@ -39,6 +39,7 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
+import functools
 import gc
 import importlib.metadata
 import json
@@ -63,7 +64,8 @@ from ..state.clock import VirtualClock
 from ..state.ids import IdGenerator
 from ..state.store import Store
 from . import datadir_codec as codec
-from . import fastjson
+from . import fastjson, journal
+from .journal import Entry, JournalError, JournalFile, NewerJournal
 
 _log = logging.getLogger("pytest_qstash.server")
 
@@ -83,19 +85,6 @@ RESTART_SNAPSHOT_WAIT = 5.0
 LOCK_WAIT_S = 15.0
 
 _SNAPSHOT = "snapshot.sqlite"
-_JOURNAL_PREFIX = "journal-"
-_JOURNAL_SCHEMA = """
-CREATE TABLE IF NOT EXISTS journal (
-    seq INTEGER PRIMARY KEY,
-    kind TEXT NOT NULL,      -- 'api': a QStash API request; 'control': a control action
-    method TEXT NOT NULL,
-    target TEXT NOT NULL,    -- the API request's URL, or the control action's name
-    headers BLOB NOT NULL,   -- the API request's header block ('Name: value' lines)
-    body BLOB NOT NULL,
-    at_ms INTEGER NOT NULL,  -- the clock (unix ms) when it was answered
-    drawn INTEGER NOT NULL   -- the id generator's position before it was handled
-)
-"""
 #: The settings a data dir keeps (the rest is the operator's choice at each start; the
 #: outbound mounts are kept, and those given at a start join them).
 _SETTINGS = ("token", "current_signing_key", "next_signing_key", "clock", "start", "seed", "plan")
@@ -177,6 +166,7 @@ def _roots(fake: Engine) -> dict[str, Any]:
     return roots
 
 
+@functools.cache
 def _version() -> str:
     try:
         return importlib.metadata.version("pytest-qstash")
@@ -185,33 +175,6 @@ def _version() -> str:
 
 
 # -- the journal's entries -------------------------------------------------------------------
-@dataclass(frozen=True)
-class Entry:
-    seq: int
-    kind: str
-    method: str
-    target: str
-    headers: bytes
-    body: bytes
-    at_ms: int
-    drawn: int
-
-    @classmethod
-    def read(cls, row: tuple[Any, ...]) -> Entry | None:
-        """The entry a row holds, or None when a cell has the wrong type (not written here)."""
-        if len(row) != 8:
-            return None
-        seq, kind, method, target, headers, body, at_ms, drawn = row
-        texts = (kind, method, target)
-        if not all(type(v) is int for v in (seq, at_ms, drawn)) or not all(
-            type(v) is str for v in texts
-        ):
-            return None
-        if not isinstance(headers, bytes) or not isinstance(body, bytes):
-            return None
-        return cls(seq, kind, method, target, headers, body, at_ms, drawn)
-
-
 def _header_block(headers: httpx.Headers) -> bytes:
     return b"\r\n".join(name + b": " + value for name, value in headers.raw)
 
@@ -332,19 +295,27 @@ class DataDir(InMemory):
         try:
             with _collector_paused():
                 self._snapshot = self._read_snapshot()
+            for _, path in journal.generations(self.path):
+                try:
+                    journal.check(path)
+                except NewerJournal as exc:
+                    raise PersistenceError(
+                        f"{path}: {exc}. Run that version (or a newer one), or use another "
+                        "--data-dir"
+                    ) from None
         except BaseException:
             _unlock(self._lock)
             raise
-        self._journal: sqlite3.Connection | None = None
+        self._journal: JournalFile | None = None
         # Journal generations go on from the snapshot's (its journals may all be gone).
         covered = self._snapshot.journal if self._snapshot is not None else 0
-        self._generation = max(self._generations(), default=covered)
-        self._generation = max(self._generation, covered)
+        generations = (generation for generation, _ in journal.generations(self.path))
+        self._generation = max(max(generations, default=covered), covered)
         self._seq = 0
         self._restored: str | None = None
         self._replayed = 0
         #: Journals written and closed to new entries, kept until a snapshot covers them.
-        self._open: list[tuple[int, sqlite3.Connection]] = []
+        self._open: list[tuple[int, JournalFile]] = []
         #: The child writing a snapshot: its pid, the journal generation it covers, its start,
         #: and the pipe its error comes back on.
         self._child: tuple[int, int, float, int] | None = None
@@ -398,11 +369,10 @@ class DataDir(InMemory):
         assert self._journal is not None, "the journal opens when the server starts"
         self._seq += 1
         try:
-            self._journal.execute(
-                "INSERT INTO journal VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (self._seq, kind, method, target, headers, body, at_ms, drawn),
+            self._journal.append(
+                journal.line(self._seq, kind, method, target, headers, body, at_ms, drawn)
             )
-        except sqlite3.Error as exc:
+        except OSError as exc:
             # Its client gets no answer (an error): only what is journaled is acknowledged.
             self._failed(f"journal write failed: {exc}")
             raise PersistenceError(f"the data dir could not record this request: {exc}") from None
@@ -501,9 +471,9 @@ class DataDir(InMemory):
         replayed = 0
         covered = self._snapshot.journal if self._snapshot is not None else 0
         with _collector_paused():
-            for generation in sorted(self._generations()):
+            for generation, path in sorted(journal.generations(self.path)):
                 if generation > covered:
-                    replayed += self._replay(app, self._journal_path(generation))
+                    replayed += self._replay(app, path)
         # Journals the snapshot covers (a deletion a crash cut short) go now.
         self._retirement(covered)()
         self._replayed = replayed
@@ -530,22 +500,17 @@ class DataDir(InMemory):
 
     def _replay(self, app: Served, path: Path) -> int:
         try:
-            # Read-write: after a crash sqlite recovers the WAL (a torn tail is dropped there).
-            db = sqlite3.connect(path)
-            try:
-                rows = db.execute("SELECT * FROM journal ORDER BY seq").fetchall()
-            finally:
-                db.close()
-        except sqlite3.Error as exc:
-            # Unreadable as a whole (what a crash does not do: sqlite drops a torn tail).
+            found = journal.read(path)
+        except JournalError as exc:
+            # Unreadable as a whole (what a crash does not do: it tears a last line at most).
             _log.error("journal %s cannot be read (%s); its entries are lost", path, exc)
             return 0
-        skipped = 0
-        for row in rows:
-            entry = Entry.read(row)
-            if entry is None:
-                skipped += 1
-                continue
+        if found.torn:
+            _log.warning(
+                "%s: its last entry was cut short by a crash (its client had no answer); dropped",
+                path,
+            )
+        for entry in found.entries:
             self._seq = max(self._seq, entry.seq)
             try:
                 self._apply(app, entry)
@@ -558,9 +523,11 @@ class DataDir(InMemory):
                     type(exc).__name__,
                     exc,
                 )
-        if skipped:
-            _log.error("%s: %d entries that this server did not write were skipped", path, skipped)
-        return len(rows) - skipped
+        if found.skipped:
+            _log.error(
+                "%s: %d entries that this server did not write were skipped", path, found.skipped
+            )
+        return len(found.entries)
 
     def _apply(self, app: Served, entry: Entry) -> None:
         fake = app.fake
@@ -636,7 +603,7 @@ class DataDir(InMemory):
         if self._child is not None and not self._child_done():
             return
         if self._retiring is not None and self._retiring.is_alive():
-            return  # no fork while a thread is inside sqlite
+            return  # no fork while a thread works on the data dir's files
         now = time.monotonic()
         if now - self._last_taken < max(SNAPSHOT_EVERY_S, self._took) or now < self._retry_at:
             return
@@ -856,56 +823,24 @@ class DataDir(InMemory):
         return _Snapshot(journal, written_at, document, settings, resets, schema)
 
     # -- journals -------------------------------------------------------------------------------
-    def _journal_path(self, generation: int) -> Path:
-        return self.path / f"{_JOURNAL_PREFIX}{generation:08d}.sqlite"
-
-    def _generations(self) -> Iterator[int]:
-        for path in self.path.glob(f"{_JOURNAL_PREFIX}*.sqlite"):
-            digits = path.name[len(_JOURNAL_PREFIX) : -len(".sqlite")]
-            if digits.isdigit():
-                yield int(digits)
-
-    def _journal_files(self, covered: int) -> list[Path]:
-        """The files of the journals up to ``covered``, their WAL and index too (also those
-        a deletion cut short left without their database)."""
-        files = []
-        for path in self.path.glob(f"{_JOURNAL_PREFIX}*"):
-            digits = path.name[len(_JOURNAL_PREFIX) :].partition(".")[0]
-            if digits.isdigit() and int(digits) <= covered:
-                files.append(path)
-        return files
-
     def _open_journal(self) -> None:
         self._generation += 1
-        path = self._journal_path(self._generation)
-        _private_file(path)  # sqlite gives its WAL and index the database file's mode
-        # Autocommit: each entry is its own transaction, in the WAL before the answer goes
-        # out; NORMAL: no fsync per entry (a killed process loses nothing the OS was given).
-        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        # Exclusive, set before WAL: no shared-memory index and no lock taken per entry
-        # (half an entry's cost); only this server reads its journals while it runs.
-        db.execute("PRAGMA locking_mode=EXCLUSIVE")
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        # No checkpoints while serving (each would copy and sync on the request's path):
-        # a journal lives until the next snapshot, then goes whole.
-        db.execute("PRAGMA wal_autocheckpoint=0")
-        db.execute(_JOURNAL_SCHEMA)
-        previous, self._journal = self._journal, db
+        opened = JournalFile(journal.path_of(self.path, self._generation), _version())
+        previous, self._journal = self._journal, opened
         if previous is not None:
             self._open.append((self._generation - 1, previous))
 
     def _retirement(self, covered: int) -> Callable[[], None]:
-        """What deletes the journals a snapshot in place covers. Closing one copies its WAL
-        (sqlite checkpoints on close): while serving, a thread does it, off the event loop."""
-        closing = [db for generation, db in self._open if generation <= covered]
-        self._open = [(g, db) for g, db in self._open if g > covered]
-        doomed = self._journal_files(covered)
+        """What deletes the journals a snapshot in place covers (while serving, a thread
+        does it, off the event loop: deleting a large file takes the file system a while)."""
+        closing = [file for generation, file in self._open if generation <= covered]
+        self._open = [(g, file) for g, file in self._open if g > covered]
+        doomed = journal.files_up_to(self.path, covered)
 
         def retire() -> None:
-            for db in closing:
-                with contextlib.suppress(sqlite3.Error):
-                    db.close()
+            for file in closing:
+                with contextlib.suppress(OSError):
+                    file.close()
             for path in doomed:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
@@ -948,9 +883,9 @@ class DataDir(InMemory):
                         type(exc).__name__,
                         exc,
                     )
-                    for _, db in self._open:
-                        with contextlib.suppress(sqlite3.Error):
-                            db.close()
+                    for _, file in self._open:
+                        with contextlib.suppress(OSError):
+                            file.close()
                     return
                 self._retirement(self._generation)()
         finally:
