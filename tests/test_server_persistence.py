@@ -537,7 +537,7 @@ def test_a_journal_write_cut_short_is_taken_back(
     entries before and after it are read back, nothing torn or skipped."""
     path = tmp_path / "journal-00000001.jsonl"
     file = journal.JournalFile(path, "test")
-    file.append(journal.line(1, "api", "POST", "https://a.test/1", b"A: b", b"one", 5, 0))
+    file.append(journal.Entry(1, "api", "POST", "https://a.test/1", b"A: b", b"one", 5, 0))
     real_write = os.write
 
     def half_then_full(fd: int, data: bytes) -> int:
@@ -546,9 +546,9 @@ def test_a_journal_write_cut_short_is_taken_back(
 
     monkeypatch.setattr(journal.os, "write", half_then_full)
     with pytest.raises(OSError, match="No space left"):
-        file.append(journal.line(2, "api", "POST", "https://a.test/2", b"", b"two", 6, 1))
+        file.append(journal.Entry(2, "api", "POST", "https://a.test/2", b"", b"two", 6, 1))
     monkeypatch.setattr(journal.os, "write", real_write)
-    file.append(journal.line(3, "api", "POST", "https://a.test/3", b"", b"\x00\xff", 7, 2))
+    file.append(journal.Entry(3, "api", "POST", "https://a.test/3", b"", b"\x00\xff", 7, 2))
     file.close()
     found = journal.read(path)
     assert [(e.seq, e.body, e.headers) for e in found.entries] == [

@@ -67,6 +67,20 @@ class Entry:
     at_ms: int
     drawn: int
 
+    def line(self) -> bytes:
+        """The entry's line, its newline included."""
+        fields = {
+            "seq": self.seq,
+            "kind": self.kind,
+            "method": self.method,
+            "target": self.target,
+            "headers": self.headers.decode("latin-1"),
+            "body": base64.b64encode(self.body).decode("ascii"),
+            "at_ms": self.at_ms,
+            "drawn": self.drawn,
+        }
+        return fastjson.dumps(fields) + b"\n"
+
     @classmethod
     def from_line(cls, line: bytes) -> Entry | None:
         """The entry a line holds, or None when it holds none (not written here)."""
@@ -105,34 +119,6 @@ class Entry:
         return cls(seq, kind, method, target, headers, body, at_ms, drawn)
 
 
-def line(
-    seq: int,
-    kind: str,
-    method: str,
-    target: str,
-    headers: bytes,
-    body: bytes,
-    at_ms: int,
-    drawn: int,
-) -> bytes:
-    """An entry's line, its newline included."""
-    return (
-        fastjson.dumps(
-            {
-                "seq": seq,
-                "kind": kind,
-                "method": method,
-                "target": target,
-                "headers": headers.decode("latin-1"),
-                "body": base64.b64encode(body).decode("ascii"),
-                "at_ms": at_ms,
-                "drawn": drawn,
-            }
-        )
-        + b"\n"
-    )
-
-
 class JournalFile:
     """A journal taking entries: created private (0600) with its first line, appended to."""
 
@@ -148,9 +134,9 @@ class JournalFile:
             self.close()
             raise
 
-    def append(self, entry_line: bytes) -> None:
-        """Write one entry's line whole, or raise ``OSError`` having written none of it."""
-        self._write(entry_line)
+    def append(self, entry: Entry) -> None:
+        """Write the entry's line whole, or raise ``OSError`` having written none of it."""
+        self._write(entry.line())
 
     def _write(self, data: bytes) -> None:
         if self._fd is None:

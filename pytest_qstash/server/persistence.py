@@ -369,9 +369,8 @@ class DataDir(InMemory):
         assert self._journal is not None, "the journal opens when the server starts"
         self._seq += 1
         try:
-            self._journal.append(
-                journal.line(self._seq, kind, method, target, headers, body, at_ms, drawn)
-            )
+            entry = Entry(self._seq, kind, method, target, headers, body, at_ms, drawn)
+            self._journal.append(entry)
         except OSError as exc:
             # Its client gets no answer (an error): only what is journaled is acknowledged.
             self._failed(f"journal write failed: {exc}")
