@@ -30,7 +30,7 @@ import pytest
 from qstash import QStash
 from qstash.message import FlowControl
 
-from pytest_qstash.server import ServerProcess, journal, persistence
+from pytest_qstash.server import ServerProcess, journal, persistence, snapshot
 from pytest_qstash.server import datadir_codec as codec
 from pytest_qstash.server.app import QStashServerApp, ServerSettings
 from pytest_qstash.server.persistence import DataDir, PersistenceError
@@ -1074,9 +1074,9 @@ def test_a_write_that_fails_is_said_once_and_tried_again_later(
     settings = ServerSettings("token-1", "sig_a", "sig_b", clock="virtual", start="2026-01-01")
     auth = {"Authorization": "Bearer token-1"}
     tries: list[int] = []
-    write = DataDir._write
+    write = snapshot.write
 
-    def full_disk(self: DataDir, state: Any, covered: int) -> None:
+    def full_disk(directory: Path, state: Any, covered: int, version: str) -> None:
         tries.append(covered)
         raise OSError(28, "No space left on device")
 
@@ -1105,7 +1105,7 @@ def test_a_write_that_fails_is_said_once_and_tried_again_later(
             get = httpx.Request("GET", "http://127.0.0.1:1/_qstash/state", headers=auth)
             return dict(json.loads((await app.control(get, "state")).content))
 
-        monkeypatch.setattr(DataDir, "_write", full_disk)
+        monkeypatch.setattr(snapshot, "write", full_disk)
         for _ in range(5):
             publish()
             step()
@@ -1119,7 +1119,7 @@ def test_a_write_that_fails_is_said_once_and_tried_again_later(
         assert len(errors) == 1, errors  # said once
         assert "No space left on device" in errors[0].getMessage()
 
-        monkeypatch.setattr(DataDir, "_write", write)
+        monkeypatch.setattr(snapshot, "write", write)
         data_dir._retry_at = 0.0
         step()
         assert (await state())["data_dir"]["error"] is None

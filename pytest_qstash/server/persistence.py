@@ -1,16 +1,11 @@
-"""The server's state on disk (``serve --data-dir DIR``): a snapshot (sqlite) and a journal
-(JSON lines), both plain data.
+"""The server's state on disk (``serve --data-dir DIR``): when to write it, how to load it.
 
-- ``DIR/snapshot.sqlite`` holds the whole engine state as of one instant: a ``meta`` table
-  (the data-dir schema, the version of pytest-qstash that wrote it, the server's settings),
-  ``roots`` (the store, the clock, the account, the fake's API-call log and faults), and one
-  table per kind of object (``messages``, ``events``, ``deliveries``, ``dlq``, ``schedules``,
-  ``queues``, ``url_groups``, ``workflow_runs``, ``due_events``, ...), a row per object, its
-  fields as JSON (``datadir_codec``). Reading it builds only the engine's own classes, by
-  setting their fields: nothing in it is executed.
-- ``DIR/journal-N.jsonl`` holds every QStash API request and control action answered since,
-  a line each, appended before its answer goes out, with the clock's time and the id
-  generator's position (``journal``). A restart loads the snapshot and replays the journal
+- ``DIR/snapshot.sqlite`` (``snapshot``) holds the whole engine state as of one instant, as
+  plain data: a row per object, its fields as JSON (``datadir_codec``). Loading it builds
+  only the engine's own classes, by setting their fields: nothing in it is executed.
+- ``DIR/journal-N.jsonl`` (``journal``) holds every QStash API request and control action
+  answered since, a line each, appended before its answer goes out, with the clock's time
+  and the id generator's position. A restart loads the snapshot and replays the journal
   through the same handlers on the same clock, so the ids an answer gave come out the same.
 
 Deliveries are not journaled: those made after the last snapshot are made again after a
@@ -46,7 +41,6 @@ import json
 import logging
 import os
 import signal
-import sqlite3
 import stat
 import threading
 import time
@@ -64,8 +58,9 @@ from ..state.clock import VirtualClock
 from ..state.ids import IdGenerator
 from ..state.store import Store
 from . import datadir_codec as codec
-from . import fastjson, journal
+from . import journal, snapshot
 from .journal import Entry, JournalError, JournalFile, NewerJournal
+from .snapshot import Snapshot, SnapshotError
 
 _log = logging.getLogger("pytest_qstash.server")
 
@@ -84,7 +79,6 @@ RESTART_SNAPSHOT_WAIT = 5.0
 #: killed server finishing its write) still holds.
 LOCK_WAIT_S = 15.0
 
-_SNAPSHOT = "snapshot.sqlite"
 #: The settings a data dir keeps (the rest is the operator's choice at each start; the
 #: outbound mounts are kept, and those given at a start join them).
 _SETTINGS = ("token", "current_signing_key", "next_signing_key", "clock", "start", "seed", "plan")
@@ -267,18 +261,6 @@ Persistence = InMemory
 
 
 # -- on disk ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Snapshot:
-    journal: int
-    written_at: str
-    document: codec.Document
-    #: The settings the server had, as saved; how many resets it had.
-    settings: dict[str, Any]
-    resets: int
-    #: The schema it was written in (older ones are migrated, then written again).
-    schema: int
-
-
 class DataDir(InMemory):
     """A data dir in use: its lock held, a journal open, snapshots taken as the state changes.
 
@@ -294,7 +276,7 @@ class DataDir(InMemory):
         began = time.monotonic()
         try:
             with _collector_paused():
-                self._snapshot = self._read_snapshot()
+                self._snapshot: Snapshot | None = snapshot.read(self.path, _version())
             for _, path in journal.generations(self.path):
                 try:
                     journal.check(path)
@@ -303,6 +285,9 @@ class DataDir(InMemory):
                         f"{path}: {exc}. Run that version (or a newer one), or use another "
                         "--data-dir"
                     ) from None
+        except SnapshotError as exc:
+            _unlock(self._lock)
+            raise PersistenceError(str(exc)) from None
         except BaseException:
             _unlock(self._lock)
             raise
@@ -400,21 +385,21 @@ class DataDir(InMemory):
             raise
 
     def _load(self, app: Served) -> Restored | None:
-        snapshot = self._snapshot
-        if snapshot is None:
+        saved = self._snapshot
+        if saved is None:
             return None
-        settings = self._settings(snapshot.settings, app.settings)
+        settings = self._settings(saved.settings, app.settings)
         fake = app.fake
         try:
             with _collector_paused():
-                roots = codec.decode(snapshot.document, _roots(fake), frozenset({"retention"}))
+                roots = codec.decode(saved.document, _roots(fake), frozenset({"retention"}))
             extras = roots.get("extras")
             if not isinstance(extras, dict):
                 raise codec.CodecError("the saved state has no fake's extras")
             fake.restore_extras(extras)
         except (codec.CodecError, ValueError) as exc:
             raise PersistenceError(
-                f"cannot read the state in {self.path / _SNAPSHOT}: {exc}. Use another "
+                f"cannot read the state in {self.path / snapshot.NAME}: {exc}. Use another "
                 "--data-dir, or delete this one to start empty"
             ) from None
         # An attempt whose app was being called as the snapshot was taken never finished
@@ -422,9 +407,9 @@ class DataDir(InMemory):
         for attempt in list(fake.store.in_flight.values()):
             if attempt.ends_ms is None:
                 fake.store.requeue(attempt)
-        self._restored = snapshot.written_at
+        self._restored = saved.written_at
         self._took = time.monotonic() - self._began  # reading and decoding it, all told
-        return Restored(settings, snapshot.resets)
+        return Restored(settings, saved.resets)
 
     def _settings(self, stored: dict[str, Any], given: Any) -> Any:
         where = f"--data-dir {self.path}"
@@ -479,7 +464,7 @@ class DataDir(InMemory):
         if self._snapshot is None:
             # A new data dir: its first snapshot (an empty state, quickly written) before any
             # journal entry, so a crash at any point finds the settings the journal needs.
-            self._write(self._state(app), self._generation)
+            snapshot.write(self.path, self._state(app), self._generation, _version())
         stale = bool(replayed) or (
             self._snapshot is not None and self._snapshot.schema != codec.SCHEMA
         )
@@ -653,7 +638,7 @@ class DataDir(InMemory):
 
             def write_then_retire() -> None:
                 try:
-                    self._write(state, covered)
+                    snapshot.write(self.path, state, covered, _version())
                 except Exception as exc:
                     self._failed(f"{type(exc).__name__}: {exc}")
                     return
@@ -670,7 +655,7 @@ class DataDir(InMemory):
             try:
                 os.close(reader)
                 _become_snapshot_child()
-                self._write(self._state(app), covered)
+                snapshot.write(self.path, self._state(app), covered, _version())
                 code = 0
             except BaseException as exc:
                 with contextlib.suppress(Exception):
@@ -699,127 +684,6 @@ class DataDir(InMemory):
         self._retiring = threading.Thread(target=self._retirement(covered), daemon=True)
         self._retiring.start()
         return True
-
-    def _write(
-        self, state: tuple[dict[str, Any], dict[str, list[tuple[int, str]]]], covered: int
-    ) -> None:
-        """The snapshot into a new file, synced, then renamed over the old one: a reader
-        finds the old snapshot or the new one, whole."""
-        document, rows = state
-        temporary = self.path / f"{_SNAPSHOT}.tmp"
-        with contextlib.suppress(FileNotFoundError):
-            temporary.unlink()
-        _private_file(temporary)
-        db = sqlite3.connect(temporary)
-        try:
-            db.execute("PRAGMA journal_mode=OFF")
-            db.execute("PRAGMA synchronous=OFF")  # one fsync of the whole file, below
-            db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            db.execute("CREATE TABLE roots (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            meta = {
-                "schema": codec.SCHEMA,
-                "version": _version(),
-                "journal": covered,
-                "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                **document["meta"],
-            }
-            db.executemany(
-                "INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in meta.items()]
-            )
-            db.executemany(
-                "INSERT INTO roots VALUES (?, ?)",
-                [(k, json.dumps(v)) for k, v in document["roots"].items()],
-            )
-            for kind, kind_rows in rows.items():
-                # Kinds are the codec's own names: identifiers, never data.
-                db.execute(f'CREATE TABLE "{kind}" (id INTEGER PRIMARY KEY, fields TEXT NOT NULL)')
-                db.executemany(f'INSERT INTO "{kind}" VALUES (?, ?)', kind_rows)
-            db.commit()
-        finally:
-            db.close()
-        with open(temporary, "rb") as written:
-            os.fsync(written.fileno())
-        os.replace(temporary, self.path / _SNAPSHOT)
-        _sync_dir(self.path)
-
-    def _read_snapshot(self) -> _Snapshot | None:
-        path = self.path / _SNAPSHOT
-        if not path.exists():
-            return None
-        _check_private_file(path)
-        try:
-            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-            try:
-                return self._read(db, path)
-            finally:
-                db.close()
-        except sqlite3.Error as exc:
-            raise PersistenceError(
-                f"{path} is no pytest-qstash data dir ({exc}): use another --data-dir, or "
-                "delete the directory to start empty"
-            ) from None
-
-    def _read(self, db: sqlite3.Connection, path: Path) -> _Snapshot:
-        tables = {
-            name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-        }
-        if "meta" not in tables and "snapshot" in tables:
-            raise PersistenceError(
-                f"{path} was written by pytest-qstash 0.1, which kept the state pickled; "
-                f"this is pytest-qstash {_version()}, which keeps it as plain data and never "
-                "reads a pickle (loading one can run any code). Its state cannot be carried "
-                "over: delete the directory (or use another --data-dir) to start empty"
-            )
-        unreadable = f"{path} holds no readable pytest-qstash state"
-        if "meta" not in tables or "roots" not in tables:
-            raise PersistenceError(f"{unreadable}: delete it to start empty")
-        meta: dict[str, Any] = {}
-        for key, value in db.execute("SELECT key, value FROM meta"):
-            meta[str(key)] = _json(value, f"{unreadable} (meta {key!r})")
-        schema, version = meta.get("schema"), meta.get("version")
-        if type(schema) is not int:
-            raise PersistenceError(f"{unreadable}: its schema is {schema!r}")
-        if schema > codec.SCHEMA:
-            raise PersistenceError(
-                f"{path} was written by pytest-qstash {version} (data-dir schema {schema}); "
-                f"this is pytest-qstash {_version()} (schema {codec.SCHEMA}), which cannot read a "
-                "newer schema. Run that version (or a newer one), or use another --data-dir"
-            )
-        roots = {
-            str(name): _json(value, f"{unreadable} (root {name!r})")
-            for name, value in db.execute("SELECT name, value FROM roots")
-        }
-        kinds: dict[str, dict[int, Any]] = {}
-        for table in sorted(tables - {"meta", "roots"}):
-            if table.startswith("sqlite_"):
-                continue
-            if table not in codec.KIND_NAMES:
-                raise PersistenceError(f"{unreadable}: unknown table {table!r}")
-            rows = db.execute(f'SELECT id, fields FROM "{table}"').fetchall()
-            ids, cells = zip(*rows, strict=True) if rows else ((), ())
-            if not set(map(type, cells)) <= {str}:
-                raise PersistenceError(f"{unreadable}: {table} holds cells that are not JSON")
-            # One parse per table, not per row: most of a restart is reading these.
-            parsed = _json("[" + ",".join(cells) + "]", table)
-            if len(parsed) != len(rows):
-                raise PersistenceError(f"{unreadable}: {table} holds cells that are not JSON")
-            kinds[table] = dict(zip(ids, parsed, strict=True))
-        document: codec.Document = {"meta": meta, "roots": roots, "kinds": kinds}
-        try:
-            document = codec.migrate(document, schema)
-        except codec.CodecError as exc:
-            raise PersistenceError(f"{unreadable}: {exc}") from None
-        meta = document["meta"]
-        journal, written_at = meta.get("journal"), meta.get("written_at")
-        settings, resets = meta.get("settings"), meta.get("resets", 0)
-        if (
-            type(journal) is not int
-            or not isinstance(settings, dict)
-            or type(resets) is not int
-            or not isinstance(written_at, str)
-        ):
-            raise PersistenceError(f"{unreadable}: its meta table is incomplete")
-        return _Snapshot(journal, written_at, document, settings, resets, schema)
 
     # -- journals -------------------------------------------------------------------------------
     def _open_journal(self) -> None:
@@ -873,7 +737,7 @@ class DataDir(InMemory):
                 unchanged = self.error is None and self._last_mark == self._mark(app)
                 try:
                     if not unchanged:
-                        self._write(self._state(app), self._generation)
+                        snapshot.write(self.path, self._state(app), self._generation, _version())
                 except Exception as exc:
                     _log.error(
                         "the last snapshot to %s failed (%s: %s); the journals keep what "
@@ -915,15 +779,6 @@ def _redirects(value: Any) -> tuple[tuple[str, str], ...]:
         for pair in value
         if isinstance(pair, list) and len(pair) == 2 and all(type(p) is str for p in pair)
     )
-
-
-def _json(value: Any, where: str) -> Any:
-    if not isinstance(value, str):
-        raise PersistenceError(f"{where}: not JSON text")
-    try:
-        return fastjson.loads(value)
-    except (ValueError, RecursionError):
-        raise PersistenceError(f"{where}: not JSON") from None
 
 
 def _count(n: int, one: str, many: str) -> str:
@@ -989,32 +844,6 @@ def _private_dir(path: Path) -> None:
         )
 
 
-def _private_file(path: Path) -> None:
-    """Create ``path`` (if missing) readable and writable by this user only."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    os.close(fd)
-    if os.name == "posix":
-        os.chmod(path, 0o600)
-
-
-def _check_private_file(path: Path) -> None:
-    if os.name == "posix" and path.stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise PersistenceError(
-            f"{path} can be written by other users: make it private (chmod 600), or use "
-            "another --data-dir"
-        )
-
-
-def _sync_dir(path: Path) -> None:
-    if os.name != "posix":
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _lock(path: Path) -> Any:
     """Hold the data dir for this server. A killed server's snapshot child holds it until
     its write is done (the lock is shared through fork): a restart waits for it."""
@@ -1024,7 +853,7 @@ def _lock(path: Path) -> Any:
         return None
     lock = path / "lock"
     try:
-        _private_file(lock)
+        snapshot.create_private_file(lock)
     except OSError as exc:
         raise PersistenceError(f"cannot use --data-dir {path}: {exc}") from None
     handle = open(lock, "a+")  # noqa: SIM115  # held for the server's lifetime
