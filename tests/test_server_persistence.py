@@ -530,6 +530,30 @@ def test_a_journal_of_a_newer_format_is_refused_naming_both_versions(tmp_path: P
         DataDir(data_dir)  # the same answer again: the refused start let go of its lock
 
 
+def test_a_file_that_is_no_journal_is_said_and_skipped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A file named like a journal that another program wrote: the server starts from its
+    snapshot, and the log names the file and says its entries are lost."""
+    settings = ServerSettings("token-1", "sig_a", "sig_b", clock="virtual", start="2026-01-01")
+
+    async def start() -> int:
+        app = QStashServerApp(settings, DataDir(tmp_path))
+        app.startup()
+        app.persistence.started(app)
+        held = len(app.fake.store.messages)
+        await app.shutdown()
+        return held
+
+    asyncio.run(start())  # a data dir with its first snapshot
+    stranger = tmp_path / "journal-00000099.jsonl"
+    stranger.write_bytes(b"not json at all\n{}\n")
+    with caplog.at_level(logging.ERROR, logger="pytest_qstash.server"):
+        assert asyncio.run(start()) == 0
+    assert "journal-00000099.jsonl cannot be read" in caplog.text
+    assert "it is no pytest-qstash journal" in caplog.text
+
+
 def test_a_journal_write_cut_short_is_taken_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -497,6 +497,20 @@ def test_the_client_does_not_import_the_fake() -> None:
     assert done.stdout.strip() == "[]"
 
 
+def test_serve_imports_nothing_it_never_runs() -> None:
+    # The command's process intercepts nothing (respx, httpcore, trio) and never runs httpx's
+    # own command line (rich, pygments where installed): a tenth of a second of every start.
+    code = (
+        "import sys, pytest_qstash.server.cli\n"
+        "print([m for m in ('respx', 'httpcore', 'trio', 'rich', 'pygments', 'httpx._main')"
+        " if sys.modules.get(m) is not None])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=HERE.parent, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
 def test_large_answers_are_the_json_httpx_writes() -> None:
     """The server writes its lists (and reads its data dir) through orjson when installed:
     the same bytes as httpx's ``json=`` for what records hold, and what orjson cannot take
