@@ -10,13 +10,13 @@ block, ``Name: value`` lines, as Latin-1 text: byte for byte), ``body`` (base64)
 
 An entry is one ``write`` of a whole line to a file opened for appending: once it returns,
 the line is the operating system's, and a killed process (``kill -9``) loses nothing it was
-answered for. No fsync, as sqlite's WAL at ``synchronous=NORMAL`` had none: a power cut may
-lose the last entries, never what came before them. A write cut short (a full disk) is
-taken back, so the file stays whole lines; a last line without its newline (a crash in the
-middle of a write) is dropped on reading, and said.
+answered for. No fsync per entry (sqlite's WAL at ``synchronous=NORMAL`` had none either): it
+guards against the process dying, not against the machine losing power. A write cut short
+(a full disk) is taken back, so the file stays whole lines; a last line without its newline
+(a crash in the middle of a write) is dropped on reading, and said.
 
-A publish's journal write is this one line: a sqlite insert, its own transaction, cost four
-times as much and copied a page per entry. Journals written by earlier versions (sqlite,
+A publish's journal write is this one line: a sqlite insert, its own transaction, cost about
+six times as much and wrote a page per entry. Journals written by earlier versions (sqlite,
 ``journal-N.sqlite``, one ``journal`` table of the same fields) are still read, so an upgrade
 replays what a killed server left.
 """

@@ -9,8 +9,10 @@ server's records have the fixture's fields and methods (``run.step(name)``,
 On the wire, times are ISO 8601 strings, headers ``[name, value]`` pairs, bodies text. Fields
 a model only derives (``delivery.ok``, ``run.labels``, ``run.steps``) are rendered too, for
 readers of the JSON that are not this client (curl, the dashboard); the client recomputes
-them. A model's ``left_out`` names the dataclass fields that do not travel, each for a reason
-said beside it; the tests check that every other field does.
+them. What a message was published with is written once, at its top level where a test reads
+it, and put back into its ``options`` when read (``Derived.hoisted_from``). A model's
+``left_out`` names the dataclass fields that do not travel, each for a reason said beside it;
+the tests check that every other field does.
 """
 
 from __future__ import annotations
