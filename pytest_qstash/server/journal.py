@@ -90,23 +90,31 @@ class Entry:
             return None
         if type(fields) is not dict or not fields.keys() >= _FIELDS:
             return None
-        seq, at_ms, drawn = fields["seq"], fields["at_ms"], fields["drawn"]
-        kind, method, target = fields["kind"], fields["method"], fields["target"]
         headers, body = fields["headers"], fields["body"]
-        if not all(type(v) is int for v in (seq, at_ms, drawn)):
-            return None
-        if not all(type(v) is str for v in (kind, method, target, headers, body)):
+        if type(headers) is not str or type(body) is not str:
             return None
         try:
             raw_headers = headers.encode("latin-1")
             raw_body = base64.b64decode(body, validate=True)
         except ValueError:  # not Latin-1 text, not base64
             return None
-        return cls(seq, kind, method, target, raw_headers, raw_body, at_ms, drawn)
+        return cls.from_values(
+            (
+                fields["seq"],
+                fields["kind"],
+                fields["method"],
+                fields["target"],
+                raw_headers,
+                raw_body,
+                fields["at_ms"],
+                fields["drawn"],
+            )
+        )
 
     @classmethod
-    def from_row(cls, row: tuple[Any, ...]) -> Entry | None:
-        """The entry a row of an earlier version's sqlite journal holds, or None."""
+    def from_values(cls, row: tuple[Any, ...]) -> Entry | None:
+        """The entry of the eight values a line holds (decoded), or a row of an earlier
+        version's sqlite journal; None when one of them has the wrong type."""
         if len(row) != 8:
             return None
         seq, kind, method, target, headers, body, at_ms, drawn = row
@@ -182,7 +190,10 @@ def read(path: Path) -> Read:
     lines = lines[:-1]
     if not lines:
         return Read([], 0, torn)
-    _check_header(lines[0])
+    header = _header(lines[0])
+    if header is None:
+        raise JournalError("it is no pytest-qstash journal (its first line says none)")
+    _refuse_newer(header)
     entries, skipped = [], 0
     for text in lines[1:]:
         entry = Entry.from_line(text)
@@ -194,8 +205,8 @@ def read(path: Path) -> Read:
 
 
 def check(path: Path) -> None:
-    """Refuse (``JournalError``, naming both versions) a journal of a newer format than this
-    version reads; one of another program is left to ``read``."""
+    """Refuse (``NewerJournal``, naming both versions) a journal of a newer format than this
+    version reads."""
     if path.name.endswith(SQLITE_SUFFIX):
         return
     try:
@@ -203,22 +214,24 @@ def check(path: Path) -> None:
             first = file.readline()
     except OSError:
         return
-    if first.endswith(b"\n"):
-        try:
-            _check_header(first)
-        except NewerJournal:
-            raise
-        except JournalError:
-            pass  # another program's: ``read`` says so, and replays none of it
+    # One with no header (another program's) is left to ``read``, which says so.
+    header = _header(first) if first.endswith(b"\n") else None
+    if header is not None:
+        _refuse_newer(header)
 
 
-def _check_header(first: bytes) -> None:
+def _header(first: bytes) -> dict[str, Any] | None:
+    """A journal's first line, when it says what the file is (else None)."""
     try:
         header = fastjson.loads(first)
     except (ValueError, RecursionError):
-        header = None
+        return None
     if type(header) is not dict or type(header.get("journal")) is not int:
-        raise JournalError("it is no pytest-qstash journal (its first line says none)")
+        return None
+    return header
+
+
+def _refuse_newer(header: dict[str, Any]) -> None:
     if header["journal"] > FORMAT:
         raise NewerJournal(
             f"it was written by pytest-qstash {header.get('version')} in journal format "
@@ -236,7 +249,7 @@ def _read_sqlite(path: Path) -> Read:
             db.close()
     except sqlite3.Error as exc:
         raise JournalError(str(exc)) from None
-    entries = [entry for entry in map(Entry.from_row, rows) if entry is not None]
+    entries = [entry for entry in map(Entry.from_values, rows) if entry is not None]
     return Read(entries, len(rows) - len(entries), False)
 
 

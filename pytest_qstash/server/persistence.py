@@ -277,7 +277,8 @@ class DataDir(InMemory):
         try:
             with _collector_paused():
                 self._snapshot: Snapshot | None = snapshot.read(self.path, _version())
-            for _, path in journal.generations(self.path):
+            journals = list(journal.generations(self.path))
+            for _, path in journals:
                 try:
                     journal.check(path)
                 except NewerJournal as exc:
@@ -294,8 +295,7 @@ class DataDir(InMemory):
         self._journal: JournalFile | None = None
         # Journal generations go on from the snapshot's (its journals may all be gone).
         covered = self._snapshot.journal if self._snapshot is not None else 0
-        generations = (generation for generation, _ in journal.generations(self.path))
-        self._generation = max(max(generations, default=covered), covered)
+        self._generation = max([covered, *(generation for generation, _ in journals)])
         self._seq = 0
         self._restored: str | None = None
         self._replayed = 0
