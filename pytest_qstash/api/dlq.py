@@ -79,7 +79,7 @@ def get_dlq(store: Store, request: httpx.Request, dlq_id: str) -> httpx.Response
 
 
 def delete_dlq(store: Store, request: httpx.Request, dlq_id: str) -> httpx.Response:
-    if not store.dlq.delete(dlq_id):
+    if not store.delete_dead_letter(dlq_id):
         raise ApiError(404, f"dlq message {dlq_id} not found")
     return empty_response()
 
@@ -91,10 +91,10 @@ def delete_dlq_many(store: Store, request: httpx.Request) -> httpx.Response:
     ids, filters = _targets(request)
     out: dict[str, Any] = {}
     if ids is not None:
-        deleted = sum(1 for dlq_id in ids if store.dlq.delete(dlq_id))
+        deleted = sum(1 for dlq_id in ids if store.delete_dead_letter(dlq_id))
     else:
         entries, cursor = _select(store, filters)
-        deleted = sum(1 for entry in entries if store.dlq.delete(entry.dlq_id))
+        deleted = sum(1 for entry in entries if store.delete_dead_letter(entry.dlq_id))
         if cursor is not None:
             out["cursor"] = cursor
     out["deleted"] = deleted

@@ -26,13 +26,12 @@ def get_flow_key(store: Store, request: httpx.Request, key: str) -> httpx.Respon
 
 
 def pause_flow_key(store: Store, request: httpx.Request, key: str) -> httpx.Response:
-    store.flow_key(key).paused = True
+    store.pause_flow_key(key)
     return empty_response()
 
 
 def resume_flow_key(store: Store, request: httpx.Request, key: str) -> httpx.Response:
-    store.flow_key(key).paused = False
-    store.wake_flow(key)
+    store.resume_flow_key(key)
     return empty_response()
 
 
@@ -46,35 +45,29 @@ def pin_flow_key(store: Store, request: httpx.Request, key: str) -> httpx.Respon
             f"invalid period {limits['period']}: it is in seconds, at most {MAX_PERIOD_S} "
             "(one week)",
         )
-    flow = store.flow_key(key)
-    if "parallelism" in limits:
-        flow.parallelism, flow.pinned_parallelism = limits["parallelism"], True
-    if "rate" in limits or "period" in limits:
-        flow.rate = limits.get("rate", flow.rate)
-        flow.period_s = limits.get("period", flow.period_s)
-        flow.pinned_rate = True
-    # Pinning resets the rate state: a new period starts now.
-    flow.period_start_ms, flow.rate_count = store.clock.now_ms, 0
-    store.wake_flow(key)
+    store.pin_flow_key(
+        key,
+        parallelism=limits.get("parallelism"),
+        rate=limits.get("rate"),
+        period_s=limits.get("period"),
+    )
     return empty_response()
 
 
 def unpin_flow_key(store: Store, request: httpx.Request, key: str) -> httpx.Response:
-    flow = _flow(store, key)
+    _flow(store, key)
     params = request.url.params
-    if params.get("parallelism", "").lower() == "true":
-        flow.pinned_parallelism = False
-    if params.get("rate", "").lower() == "true":
-        flow.pinned_rate = False
-    flow.refresh()  # the unfinished messages' limits apply again (the pinned ones if none)
-    store.wake_flow(key)
+    store.unpin_flow_key(
+        key,
+        parallelism=params.get("parallelism", "").lower() == "true",
+        rate=params.get("rate", "").lower() == "true",
+    )
     return empty_response()
 
 
 def reset_rate(store: Store, request: httpx.Request, key: str) -> httpx.Response:
-    flow = _flow(store, key)
-    flow.period_start_ms, flow.rate_count = store.clock.now_ms, 0
-    store.wake_flow(key)
+    _flow(store, key)
+    store.reset_flow_rate(key)
     return empty_response()
 
 

@@ -28,7 +28,7 @@ def publish(store: Store, request: httpx.Request, destination: str) -> httpx.Res
         content, invoker = unwrap_invocation(opts.workflow_headers, request.content)
         if invoker is not None:
             # What resumes the invoker must be publishable: now, or 400.
-            invoker.options = parse_options(_invoker_resume_headers(invoker))
+            invoker = invoker.resumed_with(parse_options(_invoker_resume_headers(invoker)))
     except InvalidOption as exc:
         raise ApiError(400, str(exc)) from None
     store.check_message(opts, content)
@@ -36,7 +36,10 @@ def publish(store: Store, request: httpx.Request, destination: str) -> httpx.Res
         store, destination, opts, content, queue=None, daily=True, cause=cause_of(request)
     )
     if invoker is not None:
-        _record_invoker(store, results, invoker)
+        # The run an invoke started remembers its invoker (not a run that existed already).
+        store.record_invoker(
+            [item.message for item in results[0] if not item.deduplicated], invoker
+        )
     return _answer(results)
 
 
@@ -91,15 +94,6 @@ def _invoker_resume_headers(invoker: Invoker) -> dict[str, str]:
         }
     )
     return headers
-
-
-def _record_invoker(store: Store, results: Results, invoker: Invoker) -> None:
-    """The run an invoke started remembers its invoker (not a run that existed already)."""
-    for item in results[0]:
-        run_id = item.message.workflow_run_id
-        run = store.workflows.get(run_id) if run_id and not item.deduplicated else None
-        if run is not None and run.invoker is None:
-            run.invoker = invoker
 
 
 #: Headers of the publish request itself, never forwarded in webhook mode.

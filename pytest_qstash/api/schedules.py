@@ -41,9 +41,7 @@ def create_schedule(store: Store, request: httpx.Request, destination: str) -> h
     destination = store.checked_destination(destination, group_needs_endpoints=False)
     store.check_message(opts, request.content)
     store.check_new_schedule(opts.schedule_id)
-    schedule, deduplicated = store.schedules.put(
-        destination, cron, request.content, opts, opts.schedule_id
-    )
+    schedule, deduplicated = store.put_schedule(destination, cron, request.content, opts)
     # A deduplicated creation answers the existing schedule's id with 202, as a publish does.
     return json_response({"scheduleId": schedule.schedule_id}, 202 if deduplicated else 200)
 
@@ -57,12 +55,12 @@ def list_schedules(store: Store, request: httpx.Request) -> httpx.Response:
 
 
 def delete_schedule(store: Store, request: httpx.Request, schedule_id: str) -> httpx.Response:
-    store.schedules.delete(schedule_id)
+    store.delete_schedule(schedule_id)
     return empty_response()
 
 
 def pause_schedule(store: Store, request: httpx.Request, schedule_id: str) -> httpx.Response:
-    store.schedules.pause(_schedule(store, schedule_id))
+    store.pause_schedule(_schedule(store, schedule_id))
     return empty_response()
 
 
@@ -73,7 +71,7 @@ def resume_schedule(store: Store, request: httpx.Request, schedule_id: str) -> h
         schedule.expression.next_after_ms(store.clock.now_ms)
     except InvalidCron as exc:
         raise ApiError(400, str(exc)) from None
-    store.schedules.resume(schedule)
+    store.resume_schedule(schedule)
     return empty_response()
 
 

@@ -18,22 +18,14 @@ def upsert_endpoints(store: Store, request: httpx.Request, name: str) -> httpx.R
     endpoints = _endpoints(read_json(request), need_url=True)
     # Every endpoint is checked before the group changes.
     endpoints = [Endpoint(checked_url(e.url, "endpoint url"), e.name) for e in endpoints]
-    store.check_new_url_group(name)
-    now = store.clock.now_ms
-    group = store.url_groups.setdefault(name, UrlGroup(name, now, now))
-    for endpoint in endpoints:
-        group.upsert(endpoint, now)
+    store.upsert_url_group(name, endpoints)
     return empty_response()
 
 
 def remove_endpoints(store: Store, request: httpx.Request, name: str) -> httpx.Response:
-    group = store.url_groups.get(name)
-    if group is None:
+    if name not in store.url_groups:
         raise ApiError(404, f"url group {name} not found")
-    for endpoint in _endpoints(read_json(request), need_url=False):
-        group.remove(endpoint.url or None, endpoint.name, store.clock.now_ms)
-    if not group.endpoints:
-        del store.url_groups[name]  # QStash deletes a group once it is empty
+    store.remove_url_group_endpoints(name, _endpoints(read_json(request), need_url=False))
     return empty_response()
 
 
@@ -49,7 +41,7 @@ def list_url_groups(store: Store, request: httpx.Request) -> httpx.Response:
 
 
 def delete_url_group(store: Store, request: httpx.Request, name: str) -> httpx.Response:
-    store.url_groups.pop(name, None)
+    store.delete_url_group(name)
     return empty_response()
 
 

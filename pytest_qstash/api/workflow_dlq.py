@@ -123,7 +123,7 @@ def get_entry(store: Store, request: httpx.Request, dlq_id: str) -> httpx.Respon
 
 
 def delete_entry(store: Store, request: httpx.Request, dlq_id: str) -> httpx.Response:
-    store.dlq.delete(_get(store, dlq_id).dlq_id)
+    store.delete_dead_letter(_get(store, dlq_id).dlq_id)
     return empty_response()
 
 
@@ -131,7 +131,7 @@ def delete_entries(store: Store, request: httpx.Request) -> httpx.Response:
     """``DELETE /v2/workflows/dlq``: the entries ``dlqIds`` names (unknown ones skipped), or a
     page of those the filters match."""
     targets, cursor = _targets(store, request, strict=False)
-    deleted = sum(1 for item in targets if store.dlq.delete(item.dlq_id))
+    deleted = sum(1 for item in targets if store.delete_dead_letter(item.dlq_id))
     out: dict[str, Any] = {"deleted": deleted}
     if cursor is not None:
         out["cursor"] = cursor

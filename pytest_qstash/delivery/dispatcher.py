@@ -182,7 +182,7 @@ class Dispatcher:
         attempt = self.store.start_attempt(work)
         self._guard(attempt, made)
         request = self._request(work)
-        attempt.headers, attempt.content = request.headers, request.content
+        attempt.sent(request.headers, request.content)
         return Job(attempt, request)
 
     def answered(self, job: Job, outcome: Outcome) -> Delivery | None:
@@ -260,11 +260,12 @@ class Dispatcher:
             jti=self.store.ids.jwt_id(),
         )
         content = body if body or message.method != "GET" else None
-        url = self._urls.get(message.url)
+        address = message.url
+        url = self._urls.get(address)
         if url is None:
             if len(self._urls) >= 1024:  # bounded: unique URLs per message must not pile up
                 self._urls.clear()
-            url = self._urls[message.url] = httpx.URL(message.url)
+            url = self._urls[address] = httpx.URL(address)
         # The attempt's deadline, for a real server's answer (a mounted app's is bounded on
         # the virtual clock): httpx's own default would cut it after 5 s.
         timeout = httpx.Timeout(self.store.deadline_ms(message) / 1000).as_dict()

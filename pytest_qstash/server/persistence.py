@@ -562,7 +562,7 @@ class DataDir(InMemory):
             if drawn < base.drawn:
                 _log.warning("the id generator cannot go back to %d: ids may differ", drawn)
                 return
-            ids.__dict__.update(copy.deepcopy(base).__dict__)
+            ids.restore(base)
         ids.skip(drawn - ids.drawn)
 
     # -- snapshots ------------------------------------------------------------------------------

@@ -73,3 +73,7 @@ class Attempt:
     result: AttemptResult | None = None
     #: The flow-control key whose parallelism this attempt counts against.
     flow_key: str | None = None
+
+    def sent(self, headers: httpx.Headers, content: bytes) -> None:
+        """The request the attempt made, as sent: kept for the delivery record."""
+        self.headers, self.content = headers, content

@@ -80,6 +80,32 @@ class FlowKey:
             else:
                 self.rate, self.period_s = None, 1
 
+    def pin(
+        self, now_ms: int, *, parallelism: int | None, rate: int | None, period_s: int | None
+    ) -> None:
+        """Pin the limits given (they apply whatever the messages carry) and start a new
+        rate period now."""
+        if parallelism is not None:
+            self.parallelism, self.pinned_parallelism = parallelism, True
+        if rate is not None or period_s is not None:
+            self.rate = rate if rate is not None else self.rate
+            self.period_s = period_s if period_s is not None else self.period_s
+            self.pinned_rate = True
+        self.reset_rate(now_ms)
+
+    def unpin(self, *, parallelism: bool, rate: bool) -> None:
+        """Unpin the limits named: the unfinished messages' limits apply again (the pinned
+        ones if none)."""
+        if parallelism:
+            self.pinned_parallelism = False
+        if rate:
+            self.pinned_rate = False
+        self.refresh()
+
+    def reset_rate(self, now_ms: int) -> None:
+        """A new rate period starts now, nothing counted in it yet."""
+        self.period_start_ms, self.rate_count = now_ms, 0
+
     def roll(self, now_ms: int) -> None:
         if now_ms >= self.period_end_ms():
             self.period_start_ms, self.rate_count = now_ms, 0

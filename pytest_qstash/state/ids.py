@@ -13,6 +13,15 @@ class IdGenerator:
         #: Characters drawn so far: where the sequence is (a server's journal records it).
         self.drawn = 0
 
+    def position(self) -> tuple[object, int]:
+        """Where the sequence is: the random state and ``drawn``."""
+        return self._random.getstate(), self.drawn
+
+    def restore(self, earlier: IdGenerator) -> None:
+        """Go back to where ``earlier`` (a copy of this generator taken before) is."""
+        state, self.drawn = earlier.position()
+        self._random.setstate(state)  # type: ignore[arg-type]
+
     def token(self, length: int) -> str:
         self.drawn += length
         return "".join(self._random.choices(_BASE58, k=length))

@@ -709,5 +709,9 @@ class Invoker:
     def created_at(self) -> datetime | None:
         return None if self.created_ms is None else ms_to_datetime(self.created_ms)
 
+    def resumed_with(self, options: MessageOptions) -> Invoker:
+        """This invoker, resumed by a publish with ``options`` (read from ``headers``)."""
+        return replace(self, options=options)
+
     def __repr__(self) -> str:
         return f"<Invoker {self.run_id} {self.url} step={self.step.get('stepName')!r}>"

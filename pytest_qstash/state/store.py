@@ -33,7 +33,7 @@ from .engine import Published
 from .flow_control import FlowKey, FlowKeys
 from .ids import IdGenerator
 from .invocations import outcome_step
-from .models import KEPT_RESPONSE_BYTES, Delivery, DlqEntry, Event, Message, Waiter
+from .models import KEPT_RESPONSE_BYTES, Delivery, DlqEntry, Event, Invoker, Message, Waiter
 from .options import MessageOptions
 from .plans import DAY_MS, DEFAULT_PLAN, PLANS, DailyQuotaExceeded, Plan
 from .queues import Queue, Queues
@@ -45,8 +45,8 @@ from .retry import (
     default_backoff_ms,
     next_retry_delay_ms,
 )
-from .schedules import Schedule, Schedules
-from .url_groups import UnknownDestination, UrlGroup
+from .schedules import CronExpression, Schedule, Schedules
+from .url_groups import Endpoint, UnknownDestination, UrlGroup
 from .waiters import Waiters, new_waiter, resume_step
 from .workflows import WorkflowRun, WorkflowRuns
 
@@ -600,6 +600,10 @@ class Store:
         del self.dlq[dlq_id]
         return message
 
+    def delete_dead_letter(self, dlq_id: str) -> bool:
+        """Drop a DLQ entry; False when there is none with this id."""
+        return self.dlq.delete(dlq_id)
+
     # -- the workflow DLQ (its rules: workflow_dlq.py) ----------------------------------------
     def resume_run(
         self,
@@ -680,6 +684,31 @@ class Store:
         as resources, never as history (``provisioned.py``)."""
         provisioned.carry_over(old, self, keep)
 
+    # -- URL groups -------------------------------------------------------------------------
+    def upsert_url_group(self, name: str, endpoints: Iterable[Endpoint]) -> UrlGroup:
+        """Add the endpoints to the group ``name`` (created if the plan has room for it); an
+        endpoint whose URL it has already is renamed."""
+        self.check_new_url_group(name)
+        now = self.clock.now_ms
+        group = self.url_groups.get(name)
+        if group is None:
+            group = self.url_groups[name] = UrlGroup(name, now, now)
+        for endpoint in endpoints:
+            group.upsert(endpoint, now)
+        return group
+
+    def remove_url_group_endpoints(self, name: str, endpoints: Iterable[Endpoint]) -> None:
+        """Remove the endpoints (by URL, or by name) from an existing group (``KeyError`` for
+        an unknown one); QStash deletes a group once it is empty."""
+        group = self.url_groups[name]
+        for endpoint in endpoints:
+            group.remove(endpoint.url or None, endpoint.name, self.clock.now_ms)
+        if not group.endpoints:
+            del self.url_groups[name]
+
+    def delete_url_group(self, name: str) -> bool:
+        return self.url_groups.pop(name, None) is not None
+
     # -- queues -----------------------------------------------------------------------------
     def queue(self, name: str) -> Queue:
         """The queue called ``name``, created (parallelism 1) if it does not exist."""
@@ -714,6 +743,47 @@ class Store:
             return
         flow.wake_ms = None
         self._release(flow)
+
+    def pause_flow_key(self, key: str) -> FlowKey:
+        """Hold every message of the key (created if it does not exist) until resumed."""
+        flow = self.flow_key(key)
+        flow.paused = True
+        return flow
+
+    def resume_flow_key(self, key: str) -> FlowKey:
+        flow = self.flow_key(key)
+        flow.paused = False
+        self.wake_flow(key)
+        return flow
+
+    def pin_flow_key(
+        self,
+        key: str,
+        *,
+        parallelism: int | None = None,
+        rate: int | None = None,
+        period_s: int | None = None,
+    ) -> FlowKey:
+        """Pin the limits given on the key (created if it does not exist); a new rate period
+        starts now."""
+        flow = self.flow_key(key)
+        flow.pin(self.clock.now_ms, parallelism=parallelism, rate=rate, period_s=period_s)
+        self.wake_flow(key)
+        return flow
+
+    def unpin_flow_key(self, key: str, *, parallelism: bool, rate: bool) -> FlowKey:
+        """Unpin the limits named on an existing key (``KeyError`` for an unknown one)."""
+        flow = self.flow_keys[key]
+        flow.unpin(parallelism=parallelism, rate=rate)
+        self.wake_flow(key)
+        return flow
+
+    def reset_flow_rate(self, key: str) -> FlowKey:
+        """Start a new rate period now on an existing key (``KeyError`` for an unknown one)."""
+        flow = self.flow_keys[key]
+        flow.reset_rate(self.clock.now_ms)
+        self.wake_flow(key)
+        return flow
 
     def _release(self, flow: FlowKey) -> None:
         now = self.clock.now_ms
@@ -787,6 +857,26 @@ class Store:
             self._plan_delivery(message, max(message.not_before_ms, self.clock.now_ms))
 
     # -- schedules --------------------------------------------------------------------------
+    def put_schedule(
+        self,
+        destination: str,
+        cron: CronExpression,
+        content: bytes,
+        opts: MessageOptions,
+    ) -> tuple[Schedule, bool]:
+        """Create a schedule (or overwrite the one ``opts.schedule_id`` names); returns it and
+        whether the creation was deduplicated into an existing one."""
+        return self.schedules.put(destination, cron, content, opts, opts.schedule_id)
+
+    def delete_schedule(self, schedule_id: str) -> bool:
+        return self.schedules.delete(schedule_id)
+
+    def pause_schedule(self, schedule: Schedule) -> None:
+        self.schedules.pause(schedule)
+
+    def resume_schedule(self, schedule: Schedule) -> None:
+        self.schedules.resume(schedule)
+
     def fire_schedule(self, schedule_id: str, generation: int) -> list[Message]:
         """A cron firing: its schedule publishes from the template and plans the next one."""
         return self.schedules.fire(schedule_id, generation, self._publish_firing)
@@ -811,6 +901,15 @@ class Store:
         self._report_invocation(run)
         if self.retention is not None:
             self.retention.run_ended(run.run_id, self.clock.now_ms)
+
+    def record_invoker(self, started: Iterable[Message], invoker: Invoker) -> None:
+        """The runs the messages ``started`` (an invoke's publish) remember ``invoker``, to
+        report their outcome to it; a run that has one already keeps it."""
+        for message in started:
+            run_id = message.workflow_run_id
+            run = self.workflows.get(run_id) if run_id else None
+            if run is not None and run.invoker is None:
+                run.invoker = invoker
 
     def _report_invocation(self, run: WorkflowRun) -> Message | None:
         """When another run invoked ``run``, publish the invoke step back into that run with
