@@ -227,8 +227,8 @@ KINDS: tuple[Kind, ...] = (
         ),
         links={
             "_messages": ("store", "messages"),
-            "_generations": ("store", "_generation"),
-            "_callbacks_pending": ("store", "_callbacks_pending"),
+            "_forget_message": ("store", "forget_message"),
+            "_awaits_callbacks": ("store", "awaits_callbacks"),
         },
     ),
     _kind("messages", Message),

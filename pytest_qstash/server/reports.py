@@ -9,13 +9,10 @@ fresh store holds. Schedules are resources, not history: all of them are shown.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from .. import report
-from ..state.dlq import DeadLetters
-from ..state.rejections import RejectedCalls
 from ..state.store import Store
 
 #: What a test calls the server by: the verbs its report suggests are this fixture's.
@@ -68,37 +65,16 @@ def since(store: Store, mark: Mark | None, generation: int) -> str | None:
 
 
 def _view(store: Store, mark: Mark) -> Store:
-    """A shallow copy of ``store`` whose histories start at ``mark``: read, never changed."""
-    view = copy.copy(store)
-    since = max(0, mark.deliveries - store.deliveries.dropped)
-    touched = {d.message_id for d in store.deliveries[since:]}
-    touched.update(store.in_flight)
-    # Retention forgets the oldest first (mostly): what it forgot shifts the positions.
-    forgotten_messages, forgotten_runs = _forgotten(store)
-    view.messages = {
-        message_id: message
-        for index, (message_id, message) in enumerate(store.messages.items())
-        if index + forgotten_messages >= mark.messages or message_id in touched
-    }
-    view.dlq = DeadLetters()
-    view.dlq.update(
-        (dlq_id, entry)
-        for dlq_id, entry in store.dlq.items()
-        if entry.message.message_id in view.messages
+    """A view of ``store`` whose histories start at ``mark``: read, never changed."""
+    return store.view_since(
+        messages=mark.messages,
+        deliveries=mark.deliveries,
+        runs=mark.runs,
+        api_errors=mark.api_errors,
     )
-    view.workflows = copy.copy(store.workflows)
-    first_run = max(0, mark.runs - forgotten_runs)
-    view.workflows.runs = dict(list(store.workflows.runs.items())[first_run:])
-    view.api_errors = RejectedCalls()
-    new_errors = store.api_errors.total - mark.api_errors
-    for call in list(store.api_errors)[max(0, len(store.api_errors) - new_errors) :]:
-        view.api_errors.record(call)
-    view.api_errors.total = new_errors
-    return view
 
 
 def _forgotten(store: Store) -> tuple[int, int]:
     """How many messages and runs the store's retention forgot (0 without retention)."""
-    if store.retention is None:
-        return 0, 0
-    return store.retention.forgotten["messages"], store.retention.forgotten["runs"]
+    forgotten = store.forgotten()
+    return forgotten["messages"], forgotten["runs"]

@@ -14,7 +14,7 @@ records stay whole unless it asks.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, TypeVar, overload
 
 from .dlq import DeadLetters
@@ -114,13 +114,13 @@ class Retention:
         self,
         plan: Plan,
         *,
-        messages: MutableMapping[str, Message],
+        messages: Mapping[str, Message],
         events: Trail[Event],
         deliveries: Trail[Delivery],
         dlq: DeadLetters,
         workflows: WorkflowRuns,
-        generations: MutableMapping[str, int],
-        callbacks_pending: Mapping[str, object],
+        forget_message: Callable[[str], None],
+        awaits_callbacks: Callable[[str], bool],
     ) -> None:
         self.log_ms = plan.log_retention_ms
         self.dlq_ms = plan.dlq_retention_ms
@@ -129,8 +129,9 @@ class Retention:
         self._deliveries = deliveries
         self._dlq = dlq
         self._workflows = workflows
-        self._generations = generations
-        self._callbacks_pending = callbacks_pending
+        #: The store's own: forgetting a message, and whether callbacks about one are due.
+        self._forget_message = forget_message
+        self._awaits_callbacks = awaits_callbacks
         #: (when it expires, message id), in that order; a message finished again since
         #: (redelivered) has a later entry, and the earlier one is skipped.
         self._finished: deque[tuple[int, str]] = deque()
@@ -183,7 +184,7 @@ class Retention:
         if self._workflows.membership(message_id) is not None:
             del self._finished_ms[message_id]
             return  # goes with its run
-        if message_id in self._callbacks_pending:
+        if self._awaits_callbacks(message_id):
             # Its callbacks still run (and free its queue slot when done): later.
             self.message_finished(message_id, now_ms)
             return
@@ -217,8 +218,7 @@ class Retention:
 
     def _forget(self, message: Message) -> None:
         message_id = message.message_id
-        del self._messages[message_id]
-        self._generations.pop(message_id, None)
+        self._forget_message(message_id)
         self._finished_ms.pop(message_id, None)
         self.forgotten["messages"] += 1
 

@@ -8,6 +8,7 @@ store holds them and delegates. Nothing here knows HTTP.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Collection, Iterable, Mapping
 from itertools import islice
 from typing import Any, Literal
@@ -120,14 +121,61 @@ class Store:
                 deliveries=self.deliveries,
                 dlq=self.dlq,
                 workflows=self.workflows,
-                generations=self._generation,
-                callbacks_pending=self._callbacks_pending,
+                forget_message=self.forget_message,
+                awaits_callbacks=self.awaits_callbacks,
             )
             clock.on_move = self.retention.expire
 
     @property
     def dedup_window_ms(self) -> int:
         return self.dedup.window_ms
+
+    def forget_message(self, message_id: str) -> None:
+        """Drop a finished message from memory (what retention no longer keeps)."""
+        del self.messages[message_id]
+        self._generation.pop(message_id, None)
+
+    def forgotten(self) -> dict[str, int]:
+        """How many messages, runs and DLQ entries retention forgot (none without it)."""
+        if self.retention is None:
+            return {"messages": 0, "runs": 0, "dlq": 0}
+        return dict(self.retention.forgotten)
+
+    def view_since(self, *, messages: int, deliveries: int, runs: int, api_errors: int) -> Store:
+        """A shallow copy whose histories start at these positions (each counted over all
+        there ever was, what retention forgot included): the messages created or attempted
+        since, their DLQ entries, the runs started since, the API calls rejected since. For
+        reading (a report), never changed."""
+        view = copy.copy(self)
+        since = max(0, deliveries - self.deliveries.dropped)
+        touched = {d.message_id for d in self.deliveries[since:]}
+        touched.update(self.in_flight)
+        # Retention forgets the oldest first (mostly): what it forgot shifts the positions.
+        forgotten = self.forgotten()
+        view.messages = {
+            message_id: message
+            for index, (message_id, message) in enumerate(self.messages.items())
+            if index + forgotten["messages"] >= messages or message_id in touched
+        }
+        view.dlq = DeadLetters()
+        view.dlq.update(
+            (dlq_id, entry)
+            for dlq_id, entry in self.dlq.items()
+            if entry.message.message_id in view.messages
+        )
+        view.workflows = copy.copy(self.workflows)
+        first_run = max(0, runs - forgotten["runs"])
+        view.workflows.runs = dict(list(self.workflows.runs.items())[first_run:])
+        view.api_errors = RejectedCalls()
+        new_errors = self.api_errors.total - api_errors
+        for call in list(self.api_errors)[max(0, len(self.api_errors) - new_errors) :]:
+            view.api_errors.record(call)
+        view.api_errors.total = new_errors
+        return view
+
+    def awaits_callbacks(self, message_id: str) -> bool:
+        """Whether callbacks about the message are still to finish."""
+        return message_id in self._callbacks_pending
 
     # -- creation ---------------------------------------------------------------------------
     def create_message(
