@@ -291,3 +291,321 @@ def test_no_module_touches_another_objects_private_attributes() -> None:
     assert not wrong, "\n".join(wrong)
     stale = sorted(set(PRIVATE_ACCESS_ALLOWED) - seen)
     assert not stale, f"allowed but no longer there (drop them from the list): {stale}"
+
+
+# -- the Store is the one mutator -----------------------------------------------------------
+#
+# The rule, read from the source (an AST walk, no import, no type checker):
+#
+# 1. Outside the engine (``pytest_qstash/state/``), nothing assigns (``=``, ``+=``, an annotated
+#    assignment, ``del``, ``setattr(x, "name", ...)``) an attribute ``x.name`` where ``name`` is
+#    a public attribute of an engine class (a field its body annotates, or one its methods
+#    set on ``self``), unless ``x`` is ``self``/``cls`` or is known, in that function, not to
+#    hold engine state: a parameter or local annotated with, or built by calling, a class
+#    that is not an engine class, or one of the specs (``SPECS``) the edges build a publish
+#    from. An ``x`` of unknown type counts as engine state: the check fails closed.
+# 2. Outside the engine, nothing calls a method of a Store collection that is not a reader
+#    (``COLLECTION_READERS``), nor assigns or deletes an item of one. A Store collection is
+#    an attribute ``Store.__init__`` sets to a container it builds (``self.dlq =
+#    DeadLetters()``, ``self.messages = {}``), reached as ``<anything but self>.<that name>``
+#    or through a local name bound to such an expression. Fail closed again: a new method of
+#    a collection is a mutator for this check until it is listed as a reader.
+# 3. Outside the engine, nothing writes an object's ``__dict__`` (assigns it, or calls one of
+#    its methods but a reader): state is restored through the engine's own methods.
+#
+# What truly is not engine state but looks like it is listed, with why (``MUTATION_ALLOWED``).
+
+ENGINE = PACKAGE / "state"
+
+#: Values the edges build and hand to the Store (a publish's options), never stored state
+#: being changed in place: the header edge fills one in field by field.
+SPECS = {"MessageOptions", "FlowControl"}
+
+#: Methods of the Store's collections that only read.
+COLLECTION_READERS = {
+    "get",
+    "values",
+    "items",
+    "keys",
+    "copy",
+    "membership",
+    "of_run",
+    "of_event",
+    "live",
+    "is_third_party_call",
+    "target_of",
+    "raw_steps",
+}
+
+MUTATION_ALLOWED = {
+    ("pytest_qstash.plugin", "guard.refused"): (
+        "the interception guard's refused calls (session_routers), not engine state"
+    ),
+    ("pytest_qstash.server.client", "event.message"): (
+        "a client-side log entry decoded from the server's answer, linked to its message"
+    ),
+}
+
+
+def _engine_classes() -> tuple[dict[str, set[str]], set[str]]:
+    """Every engine class with its public attributes, and the Store's collections."""
+    classes: dict[str, set[str]] = {}
+    collections: set[str] = set()
+    for path in sorted(ENGINE.rglob("*.py")):
+        for cls in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(cls, ast.ClassDef):
+                continue
+            attrs = classes.setdefault(cls.name, set())
+            for stmt in cls.body:
+                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                    attrs.add(stmt.target.id)
+            for method in cls.body:
+                if not isinstance(method, ast.FunctionDef):
+                    continue
+                for node in ast.walk(method):
+                    for target in _targets(node):
+                        if (
+                            isinstance(target, ast.Attribute)
+                            and isinstance(target.value, ast.Name)
+                            and target.value.id == "self"
+                        ):
+                            attrs.add(target.attr)
+                            if (
+                                cls.name == "Store"
+                                and method.name == "__init__"
+                                and isinstance(node, (ast.Assign, ast.AnnAssign))
+                                and node.value is not None
+                                and _builds_container(node.value)
+                            ):
+                                collections.add(target.attr)
+    public = {name: {a for a in attrs if not a.startswith("_")} for name, attrs in classes.items()}
+    return public, {c for c in collections if not c.startswith("_")}
+
+
+def _builds_container(value: ast.expr) -> bool:
+    if isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp)):
+        return True
+    return isinstance(value, ast.Call) and _last_name(value.func)[:1].isupper()
+
+
+def _targets(node: ast.AST) -> list[ast.expr]:
+    """What an assignment or ``del`` writes, tuples unpacked."""
+    if isinstance(node, ast.Assign):
+        found = list(node.targets)
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        found = [node.target]
+    elif isinstance(node, ast.Delete):
+        found = list(node.targets)
+    else:
+        return []
+    out: list[ast.expr] = []
+    while found:
+        target = found.pop()
+        if isinstance(target, (ast.Tuple, ast.List)):
+            found.extend(target.elts)
+        elif isinstance(target, ast.Starred):
+            found.append(target.value)
+        else:
+            out.append(target)
+    return out
+
+
+def _last_name(node: ast.expr) -> str:
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return ""
+
+
+def _annotated_classes(annotation: ast.expr | None) -> set[str]:
+    """The class names an annotation names (``X | None``, ``"X"``, ``list[X]``...)."""
+    if annotation is None:
+        return set()
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        try:
+            annotation = ast.parse(annotation.value, mode="eval").body
+        except SyntaxError:
+            return set()
+    return {
+        _last_name(node)
+        for node in ast.walk(annotation)
+        if isinstance(node, (ast.Name, ast.Attribute)) and _last_name(node) != "None"
+    }
+
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _own_nodes(scope: ast.AST) -> list[ast.AST]:
+    """The nodes of a module or function, less those of the functions defined inside it."""
+    out: list[ast.AST] = []
+    todo = list(ast.iter_child_nodes(scope))
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        if not isinstance(node, _FUNCTIONS):
+            todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _known_types(scope: ast.AST, outer: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The classes each name of a function (or module) is annotated with or built by; a
+    nested function also knows its enclosing ones' names."""
+    known: dict[str, set[str]] = {name: set(types) for name, types in outer.items()}
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        args = scope.args
+        for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
+            if arg.annotation is not None:
+                known.setdefault(arg.arg, set()).update(_annotated_classes(arg.annotation))
+    for node in _own_nodes(scope):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            known.setdefault(node.target.id, set()).update(_annotated_classes(node.annotation))
+        elif (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and _last_name(node.value.func)[:1].isupper()
+        ):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    known.setdefault(target.id, set()).add(_last_name(node.value.func))
+    return known
+
+
+def _mutations(
+    source: str, classes: dict[str, set[str]], collections: set[str]
+) -> list[tuple[str, int]]:
+    """Where ``source`` (a module outside the engine) changes engine state itself."""
+    state = {name for name in classes if name not in SPECS}
+    state_attrs = set().union(*(classes[name] for name in state))
+    tree = ast.parse(source)
+
+    def engine_state(base: ast.expr, known: dict[str, set[str]]) -> bool:
+        if isinstance(base, ast.Name):
+            if base.id in ("self", "cls"):
+                return False
+            types = known.get(base.id)
+            if types and not types & state:
+                return False  # known to be something else (a spec, a response, a record)
+        return True
+
+    def collection(node: ast.expr, aliases: set[str]) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in aliases
+        return (
+            isinstance(node, ast.Attribute)
+            and node.attr in collections
+            and not (isinstance(node.value, ast.Name) and node.value.id == "self")
+        )
+
+    seen: set[tuple[str, int]] = set()
+    scopes: list[tuple[ast.AST, dict[str, set[str]]]] = [(tree, {})]
+    while scopes:
+        scope, outer = scopes.pop()
+        known = _known_types(scope, outer)
+        nodes = _own_nodes(scope)
+        scopes.extend((node, known) for node in nodes if isinstance(node, _FUNCTIONS))
+        aliases = {
+            target.id
+            for node in nodes
+            if isinstance(node, ast.Assign) and collection(node.value, set())
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        for node in nodes:
+            for target in _targets(node):
+                attribute = (
+                    isinstance(target, ast.Attribute)
+                    and target.attr in state_attrs
+                    and engine_state(target.value, known)
+                )
+                item = isinstance(target, ast.Subscript) and collection(target.value, aliases)
+                namespace = any(
+                    isinstance(part, ast.Attribute) and part.attr == "__dict__"
+                    for part in ast.walk(target)
+                )
+                if attribute or item or namespace:
+                    seen.add((ast.unparse(target), node.lineno))
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            if (
+                isinstance(func, ast.Name)
+                and func.id in ("setattr", "delattr")
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and node.args[1].value in state_attrs
+                and engine_state(node.args[0], known)
+            ):
+                seen.add((f"{ast.unparse(node.args[0])}.{node.args[1].value}", node.lineno))
+            elif (
+                isinstance(func, ast.Attribute)
+                and func.attr not in COLLECTION_READERS
+                and not func.attr.startswith("__")
+                and (
+                    collection(func.value, aliases)
+                    or (isinstance(func.value, ast.Attribute) and func.value.attr == "__dict__")
+                )
+            ):
+                seen.add((f"{ast.unparse(func)}(...)", node.lineno))
+    return sorted(seen, key=lambda item: (item[1], item[0]))
+
+
+def test_the_mutation_check_sees_every_form() -> None:
+    classes = {
+        "Message": {"url", "state"},
+        "Store": {"dlq", "messages"},
+        "MessageOptions": {"retries"},
+    }
+    source = (
+        "def f(store, message, opts: MessageOptions, response: httpx.Response):\n"
+        "    message.url = 'x'\n"
+        "    store.dlq.delete('1')\n"
+        "    store.dlq.get('1')\n"
+        "    opts.retries = 2\n"
+        "    built = Message()\n"
+        "    built.state = 'x'\n"
+        "    response.url = 'y'\n"
+        "    self.messages.pop('a')\n"
+        "    letters = store.dlq\n"
+        "    letters.pop('2')\n"
+        "    del store.messages['m']\n"
+        "    setattr(message, 'state', 'y')\n"
+        "    a, message.state = 1, 2\n"
+        "    ids.__dict__.update({})\n"
+        "    vars_ = ids.__dict__.get('drawn')\n"
+    )
+    assert _mutations(source, classes, {"dlq", "messages"}) == [
+        ("message.url", 2),
+        ("store.dlq.delete(...)", 3),
+        ("built.state", 7),
+        ("letters.pop(...)", 11),
+        ("store.messages['m']", 12),
+        ("message.state", 13),
+        ("message.state", 14),
+        ("ids.__dict__.update(...)", 15),
+    ]
+
+
+def test_the_store_collections_are_found() -> None:
+    _, collections = _engine_classes()
+    assert {"messages", "dlq", "url_groups", "schedules", "flow_keys", "queues"} <= collections
+    assert "clock" not in collections  # handed in, not a collection the Store builds
+
+
+def test_only_the_engine_changes_engine_state() -> None:
+    # The API layer asks; the Store and the models' own transitions change state.
+    classes, collections = _engine_classes()
+    seen = set()
+    wrong = []
+    for name, (path, _) in MODULES.items():
+        if path.is_relative_to(ENGINE):
+            continue
+        for access, line in _mutations(path.read_text(encoding="utf-8"), classes, collections):
+            if (name, access) in MUTATION_ALLOWED:
+                seen.add((name, access))
+            else:
+                wrong.append(f"{name}:{line} changes {access}")
+    assert not wrong, "\n".join(wrong)
+    stale = sorted(set(MUTATION_ALLOWED) - seen)
+    assert not stale, f"allowed but no longer there (drop them from the list): {stale}"

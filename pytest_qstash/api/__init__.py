@@ -196,7 +196,7 @@ def _record_rejection(
         error = str(response.json()["error"])
     except (ValueError, KeyError, TypeError):
         error = response.text
-    store.api_errors.record(
+    store.record_rejection(
         RejectedCall(
             request.method, path, response.status_code, error, store.clock.now_ms, injected
         )

@@ -38,7 +38,7 @@ from .models import KEPT_RESPONSE_BYTES, Delivery, DlqEntry, Event, Invoker, Mes
 from .options import MessageOptions
 from .plans import DAY_MS, DEFAULT_PLAN, PLANS, DailyQuotaExceeded, Plan
 from .queues import Queue, Queues
-from .rejections import RejectedCalls
+from .rejections import RejectedCall, RejectedCalls
 from .retention import Retention, Trail
 from .retry import (
     DEFAULT_RETRIES,
@@ -134,6 +134,10 @@ class Store:
         """Drop a finished message from memory (what retention no longer keeps)."""
         del self.messages[message_id]
         self._generation.pop(message_id, None)
+
+    def record_rejection(self, call: RejectedCall) -> None:
+        """Keep an API call answered with an error, for the failure report."""
+        self.api_errors.record(call)
 
     def forgotten(self) -> dict[str, int]:
         """How many messages, runs and DLQ entries retention forgot (none without it)."""
