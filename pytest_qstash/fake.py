@@ -20,7 +20,7 @@ import httpx
 from . import api, hosts, sslcache
 from .api._http import request_path
 from .api.faults import Fault, FaultTable
-from .api.publish_headers import parse_options
+from .api.publish_headers import read_overrides
 from .api.waiters import notify_answer
 from .appclock import AppClock, NoAppClock, make_app_clock
 from .delivery.dispatcher import AsyncRunner, Dispatcher, DispatchSettings
@@ -47,7 +47,7 @@ from .state.models import (
     Waiter,
     ms_to_datetime,
 )
-from .state.options import InvalidOption, check_due_in_range
+from .state.options import InvalidOption
 from .state.plans import DEFAULT_PLAN, plan_named
 from .state.queues import Queue
 from .state.retry import DEFAULT_RETRIES
@@ -684,9 +684,7 @@ class FakeQStash:
                 raise ValueError(f"invalid retries {retries!r}: expected an int >= 0")
             named["Upstash-Retries"] = str(retries)
         try:
-            overrides = parse_options(named) if named else None
-            if overrides is not None:
-                check_due_in_range(overrides, self.store.clock.now_ms)
+            overrides = read_overrides(named, self.store.clock.now_ms)
             return action(_dlq_id(dlq_id), overrides, cause=self._dispatcher.cause)
         except InvalidOption as exc:
             raise ValueError(str(exc)) from None

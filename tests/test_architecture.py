@@ -178,6 +178,18 @@ def test_the_publish_headers_are_read_in_one_module() -> None:
     assert defining == ["pytest_qstash.api.publish_headers"]
 
 
+def test_a_requests_options_are_read_and_checked_at_one_edge() -> None:
+    # Publish, schedules, DLQ retries, workflow DLQ resumes and the fixture's verbs read a
+    # request's options through read_options/read_overrides: the due time is checked there.
+    calling = sorted(
+        name
+        for name, (path, _) in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call) and _last_name(node.func) == "check_due_in_range"
+    )
+    assert calling == ["pytest_qstash.api.publish_headers"]
+
+
 #: Another object's private attributes the package does touch: internals of the standard
 #: library or a third-party package with no public way to the same thing, each with why.
 PRIVATE_ACCESS_ALLOWED = {

@@ -13,7 +13,6 @@ from typing import Any
 import httpx
 
 from ..state.models import DlqEntry
-from ..state.options import InvalidOption, MessageOptions, check_due_in_range
 from ..state.store import Store
 from . import workflow_dlq
 from ._http import (
@@ -30,7 +29,7 @@ from ._http import (
     read_json,
 )
 from .events import MESSAGE_FILTERS, message_matches, newest_first, page_size, parse_cursor
-from .publish_headers import parse_options
+from .publish import override_options
 
 #: Default and largest page size of the listing and of filter-based bulk operations.
 MAX_DLQ_PAGE = 100
@@ -102,7 +101,7 @@ def delete_dlq_many(store: Store, request: httpx.Request) -> httpx.Response:
 
 
 def retry_dlq(store: Store, request: httpx.Request, dlq_id: str) -> httpx.Response:
-    overrides = _overrides(store, request.headers)
+    overrides = override_options(store, request.headers)
     _entry(store, dlq_id)
     message = store.retry_dlq_entry(dlq_id, overrides, cause=cause_of(request))
     return json_response({"messageId": message.message_id}, 201)
@@ -112,7 +111,7 @@ def retry_dlq_many(store: Store, request: httpx.Request) -> httpx.Response:
     """Retry the entries named by ``dlqIds`` (query or JSON body), or without ids the first
     page of what the filters match; answers ``{"responses": [{"messageId": ...}], "cursor"?}``.
     """
-    overrides = _overrides(store, request.headers)
+    overrides = override_options(store, request.headers)
     ids, filters = _targets(request)
     out: dict[str, Any] = {}
     if ids is not None:
@@ -134,18 +133,6 @@ def _entry(store: Store, dlq_id: str) -> DlqEntry:
     if entry is None:
         raise ApiError(404, f"dlq message {dlq_id} not found")
     return entry
-
-
-def _overrides(store: Store, headers: httpx.Headers) -> MessageOptions:
-    """The retry request's ``Upstash-*`` headers, refused (400) before anything is retried
-    when one of them is not a valid option."""
-    overrides = {name: value for name, value in headers.items() if name.startswith("upstash-")}
-    try:
-        opts = parse_options(overrides)
-        check_due_in_range(opts, store.clock.now_ms)
-    except InvalidOption as exc:
-        raise ApiError(400, str(exc)) from None
-    return opts
 
 
 def _targets(request: httpx.Request) -> tuple[list[str] | None, Filters]:

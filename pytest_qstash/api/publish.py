@@ -10,14 +10,10 @@ import httpx
 from ..state.deliverable import HOP_BY_HOP, INVALID_DESTINATION
 from ..state.invocations import unwrap as unwrap_invocation
 from ..state.models import Invoker, Message
-from ..state.options import (
-    InvalidOption,
-    MessageOptions,
-    check_due_in_range,
-)
+from ..state.options import InvalidOption, MessageOptions
 from ..state.store import Published, Store, UnknownDestination
 from ._http import ApiError, cause_of, json_response, read_json
-from .publish_headers import parse_options
+from .publish_headers import parse_options, read_options, read_overrides
 from .workflows import refuse_ended_run
 
 
@@ -155,11 +151,19 @@ def publish_options(store: Store, headers: Mapping[str, str]) -> MessageOptions:
     """The ``Upstash-*`` options of a publish (or a schedule's), 400 when one is invalid:
     callback options are read now too (``parse_options``), not when the callback is due."""
     try:
-        opts = parse_options(headers)
-        check_due_in_range(opts, store.clock.now_ms)
+        return read_options(headers, store.clock.now_ms)
     except InvalidOption as exc:
         raise ApiError(400, str(exc)) from None
-    return opts
+
+
+def override_options(store: Store, headers: Mapping[str, str]) -> MessageOptions | None:
+    """What a request's ``Upstash-*`` headers override (a DLQ retry, a workflow DLQ resume
+    or restart), None when it names none; 400 before anything is acted on when one is not a
+    valid option."""
+    try:
+        return read_overrides(headers, store.clock.now_ms)
+    except InvalidOption as exc:
+        raise ApiError(400, str(exc)) from None
 
 
 def _shape(results: Results) -> Any:

@@ -23,7 +23,7 @@ from ..state.deliverable import (
 )
 from ..state.flow_control import MAX_PERIOD_S
 from ..state.models import LATEST_MS, FlowControl, MessageOptions
-from ..state.options import InvalidOption, canonical
+from ..state.options import InvalidOption, canonical, check_due_in_range
 from ..state.retry import InvalidRetryDelay, RetryDelayExpression
 
 
@@ -38,6 +38,24 @@ HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 _FORWARD = "upstash-forward-"
 _CALLBACK = "upstash-callback-"
 _FAILURE_CALLBACK = "upstash-failure-callback-"
+
+
+def read_options(headers: Mapping[str, str], now_ms: int) -> MessageOptions:
+    """A request's publish options as of ``now_ms``: every ``Upstash-*`` header read
+    (``parse_options``) and the due time they give checked (not after the year 9999).
+    ``InvalidOption`` says which value is wrong and what is accepted: the API answers it
+    with 400, the fixture raises it as a ``ValueError``, both with its text."""
+    opts = parse_options(headers)
+    check_due_in_range(opts, now_ms)
+    return opts
+
+
+def read_overrides(headers: Mapping[str, str], now_ms: int) -> MessageOptions | None:
+    """What a request's ``Upstash-*`` headers override of options stored before (a DLQ
+    retry, a workflow DLQ resume or restart), read as ``read_options`` does; None when it
+    names none. Its other headers (``Content-Type``, say) are not options here."""
+    named = {name: value for name, value in headers.items() if name.lower().startswith("upstash-")}
+    return read_options(named, now_ms) if named else None
 
 
 def parse_options(headers: Mapping[str, str]) -> MessageOptions:

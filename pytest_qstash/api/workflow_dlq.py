@@ -15,12 +15,7 @@ from typing import Any
 import httpx
 
 from ..state import workflow_dlq as wdlq
-from ..state.options import (
-    InvalidOption,
-    MessageOptions,
-    check_due_in_range,
-    header_lists,
-)
+from ..state.options import header_lists
 from ..state.store import Store
 from ..state.workflow_dlq import FailureFunctionNotRetryable, NotAWorkflowEntry, WorkflowDlqEntry
 from ..state.workflows import WorkflowRun
@@ -35,7 +30,7 @@ from ._http import (
     put_body,
     query_filters,
 )
-from .publish_headers import parse_options
+from .publish import override_options
 
 #: Default and largest page of the listing and of the bulk operations.
 MAX_PAGE = 100
@@ -187,32 +182,16 @@ def _get(store: Store, dlq_id: str) -> WorkflowDlqEntry:
         raise ApiError(404, f"DLQ message {dlq_id} not found") from None
 
 
-def _overrides(store: Store, request: httpx.Request) -> MessageOptions | None:
-    """What the request's ``Upstash-*`` headers override (None: it sends none), 400 when
-    one is not a valid option."""
-    headers = {
-        name: value for name, value in request.headers.items() if name.startswith("upstash-")
-    }
-    if not headers:
-        return None
-    try:
-        opts = parse_options(headers)
-        check_due_in_range(opts, store.clock.now_ms)
-    except InvalidOption as exc:
-        raise ApiError(400, str(exc)) from None
-    return opts
-
-
 def _act(store: Store, request: httpx.Request, action: Action, dlq_id: str) -> WorkflowRun:
     _get(store, dlq_id)
-    return action(store, dlq_id, _overrides(store, request), cause=cause_of(request))
+    return action(store, dlq_id, override_options(store, request.headers), cause=cause_of(request))
 
 
 def _act_many(store: Store, request: httpx.Request, action: Action) -> httpx.Response:
     """Resume or restart the entries named (404 when one is unknown, before any is acted on)
     or a page of those the filters match, oldest first; ``{"workflowRuns": [...]}``."""
     targets, cursor = _targets(store, request, strict=True, fresh=True)
-    overrides = _overrides(store, request)
+    overrides = override_options(store, request.headers)
     cause = cause_of(request)
     runs = [action(store, item.dlq_id, overrides, cause=cause) for item in targets]
     out: dict[str, Any] = {"workflowRuns": [wdlq.run_json(run) for run in runs]}
