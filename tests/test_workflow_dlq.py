@@ -659,3 +659,34 @@ def test_bad_requests_get_a_clear_4xx_and_start_nothing(
     assert 400 <= response.status_code < 500, response.text
     assert says in response.json()["error"]
     assert list(qstash.runs) == []
+
+
+def test_a_resume_merges_its_overrides_as_a_dlq_retry_does() -> None:
+    # One merge: what a request names replaces the stored value; a flow-control key alone
+    # keeps the limits; a delay is the published message's, not the run's settings.
+    from pytest_qstash.api.publish_headers import parse_options, read_overrides
+    from pytest_qstash.state.run_settings import RESUME_OVERRIDES, RunSettings
+
+    stored = parse_options(
+        {
+            "Upstash-Retries": "5",
+            "Upstash-Label": "a",
+            "Upstash-Flow-Control-Key": "k",
+            "Upstash-Flow-Control-Value": "rate=3, period=60",
+            "Upstash-Workflow-Feature-Set": "WF_TriggerOnConfig",
+        }
+    )
+    given = read_overrides(
+        {"Upstash-Retries": "0", "Upstash-Flow-Control-Key": "other", "Upstash-Delay": "10s"}, 0
+    )
+    assert given is not None
+    settings = RunSettings.of(stored).overridden(given, run_wide=True)
+    message = stored.overridden(given, only=RESUME_OVERRIDES)
+    for merged in (settings.options, message):
+        assert merged.retries == 0
+        assert merged.label == "a"
+        fc = merged.flow_control
+        assert fc is not None
+        assert (fc.key, fc.rate, fc.period) == ("other", 3, 60)
+    assert message.delay_ms == 10_000
+    assert settings.options.delay_ms is None

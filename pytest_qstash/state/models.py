@@ -7,6 +7,7 @@ Times are stored as integer milliseconds since the epoch (exact, cheap to compar
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, Protocol
@@ -148,12 +149,19 @@ class MessageOptions:
         out.given = set()
         return out
 
-    def overridden(self, given: MessageOptions) -> MessageOptions:
-        """A copy with what ``given`` names (its ``given`` fields) in place of its own: a
-        forwarded header replaces the one of that name, a flow-control key alone keeps the
-        limits, callback options are overridden the same way."""
+    def overridden(
+        self, given: MessageOptions, only: Collection[str] | None = None
+    ) -> MessageOptions:
+        """A copy with what ``given`` names (its ``given`` fields: what the request's
+        ``Upstash-*`` headers set) in place of its own: a forwarded header replaces the one of
+        that name, a flow-control key alone keeps the limits, callback options are overridden
+        the same way. ``only``: the fields a request may override there (None: every one).
+        The one override merge: DLQ retries, workflow DLQ resumes and restarts (their run's
+        settings and the message they publish again) all read it."""
         out = self.copy()
         for name in given.given:
+            if only is not None and name not in only:
+                continue
             if name == "headers":
                 for key in given.headers:
                     out.headers[key] = given.headers[key]

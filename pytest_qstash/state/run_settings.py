@@ -36,6 +36,20 @@ INHERITED = (
 )
 
 
+#: What a workflow DLQ resume or restart may override (the request's ``Upstash-Retries``,
+#: ``-Delay``, ``-Retry-Delay``, ``-Flow-Control-Key``/``-Value``, ``-Label``,
+#: ``-Failure-Callback``): of the run's settings, and of the message it publishes again.
+RESUME_OVERRIDES = (
+    "retries",
+    "delay_ms",
+    "retry_delay",
+    "flow_control_key",
+    "flow_control_value",
+    "label",
+    "failure_callback",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class RunSettings:
     """What a run's later steps inherit (None: not set at trigger): the ``INHERITED``
@@ -124,15 +138,11 @@ class RunSettings:
             opts.flow_control = self.flow_control
 
     def overridden(self, given: MessageOptions, *, run_wide: bool) -> RunSettings:
-        """These settings with a resume's or restart's overrides (retries, retry delay, flow
-        control, label, failure callback: what ``given`` sets). ``run_wide``: whether the
-        request named any option; overrides are for the remaining steps, so they then hold
-        run-wide whatever the trigger said."""
-        changed = self.with_options(
-            retries=self.retries if given.retries is None else given.retries,
-            retry_delay=given.retry_delay or self.retry_delay,
-            label=given.label or self.label,
-            flow_control=given.flow_control or self.flow_control,
-            failure_callback=given.failure_callback or self.failure_callback,
-        )
-        return replace(changed, run_wide=self.run_wide or run_wide)
+        """These settings with a resume's or restart's overrides (``RESUME_OVERRIDES`` that
+        ``given`` names, merged as ``MessageOptions.overridden`` merges; a delay is the
+        published message's, not the run's). ``run_wide``: whether the request named any
+        option; overrides are for the remaining steps, so they then hold run-wide whatever
+        the trigger said."""
+        inherited = [name for name in RESUME_OVERRIDES if name != "delay_ms"]
+        options = self.options.overridden(given, only=inherited)
+        return replace(self, options=options, run_wide=self.run_wide or run_wide)

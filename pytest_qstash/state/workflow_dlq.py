@@ -17,7 +17,7 @@ import httpx
 
 from .engine import Engine
 from .models import DlqEntry, Message, MessageOptions, ms_to_datetime
-from .run_settings import RunSettings
+from .run_settings import RESUME_OVERRIDES, RunSettings
 from .workflows import FAILURE_CALL, STEP, FailureFunctionState, WorkflowRun
 
 
@@ -250,15 +250,8 @@ def _republish(
         nested = getattr(opts, name)
         if nested is not None:
             setattr(opts, name, _in_run(nested, run.run_id))
-    given = overrides.given if overrides is not None else set()
-    if "retries" in given and run.settings.retries is not None:
-        opts.retries = run.settings.retries
     if overrides is not None:
-        for name in ("retry_delay", "label", "failure_callback", "delay_ms"):
-            if name in given:
-                setattr(opts, name, getattr(overrides, name))
-        if "flow_control_key" in given:
-            opts.flow_control = overrides.flow_control
+        opts = opts.overridden(overrides, only=RESUME_OVERRIDES)
     message = store.create_message(source.url, source.content, opts, cause=cause)
     store.workflows.adopt(run, message, call_type)
     return message
