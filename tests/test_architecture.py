@@ -190,6 +190,25 @@ def test_a_requests_options_are_read_and_checked_at_one_edge() -> None:
     assert calling == ["pytest_qstash.api.publish_headers"]
 
 
+def test_one_admission_rule() -> None:
+    # "May this message start now?" is Store.admission: may_start applies it, the scheduler
+    # reads it; neither restates a queue, the global parallelism or a flow key's limits.
+    def names(path: Path, function: str) -> set[str]:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        found = next(
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef) and node.name == function
+        )
+        return {_last_name(node) for node in ast.walk(found) if isinstance(node, ast.Attribute)}
+
+    rule_parts = {"holds", "global_parallelism", "in_flight", "next_start_ms", "may_start"}
+    assert "start_ms" in names(ENGINE / "scheduler.py", "due_ms")
+    assert not names(ENGINE / "scheduler.py", "due_ms") & rule_parts
+    assert "admission" in names(ENGINE / "store.py", "may_start")
+    assert not names(ENGINE / "store.py", "may_start") & rule_parts
+
+
 #: Another object's private attributes the package does touch: internals of the standard
 #: library or a third-party package with no public way to the same thing, each with why.
 PRIVATE_ACCESS_ALLOWED = {

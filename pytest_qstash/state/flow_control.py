@@ -110,16 +110,12 @@ class FlowKey:
         if now_ms >= self.period_end_ms():
             self.period_start_ms, self.rate_count = now_ms, 0
 
-    def admits(self, now_ms: int) -> bool:
-        """Whether one more attempt may start now; counts it (rate and in flight) if so."""
-        if self.paused or self.parallel_full:
-            return False
+    def count_start(self, now_ms: int) -> None:
+        """An attempt starts now (``next_start_ms`` said it may): it counts against the
+        rate of the period it starts in, and in flight."""
         self.roll(now_ms)
-        if self.rate is not None and self.rate_count >= self.rate:
-            return False
         self.rate_count += 1
         self.active += 1
-        return True
 
     @property
     def parallel_full(self) -> bool:
@@ -141,9 +137,9 @@ class FlowKey:
         return self.period_start_ms + self.period_s * 1000
 
     def next_start_ms(self, now_ms: int) -> int | None:
-        """When an attempt could start, as ``admits`` would judge it, without counting
-        anything: None while the key is paused or its parallelism is used up (an attempt's
-        end, itself on the clock, frees it)."""
+        """When an attempt could start, without counting anything: None while the key is
+        paused or its parallelism is used up (an attempt's end, itself on the clock, frees
+        it); at the end of the period when its rate is used up."""
         if self.paused or self.parallel_full:
             return None
         period_end = self.period_end_ms()
@@ -176,15 +172,6 @@ class FlowKeys(dict[str, FlowKey]):
         if flow is not None and config is not None:
             flow.waiting.pop(message_id, None)
             flow.remove(config)
-
-    def admit(self, message_id: str, config: FlowControl, now_ms: int) -> FlowKey | None:
-        """Count an attempt of the message against its key and return None if it may start
-        now; otherwise put it on the key's wait list and return the key."""
-        flow = self.key(config.key, now_ms)
-        if flow.admits(now_ms):
-            return None
-        flow.waiting[message_id] = None
-        return flow
 
     def attempt_ended(self, name: str) -> FlowKey | None:
         """An attempt counted against ``name`` ended (or never started): its slot is free."""

@@ -67,13 +67,11 @@ class Queues(dict[str, Queue]):
         if name is not None:
             self.queue(name, now_ms).members[message_id] = None
 
-    def admit(self, name: str | None, message_id: str) -> bool:
-        """Whether a due message may start as far as its queue goes; parked if not."""
+    def park(self, name: str | None, message_id: str) -> None:
+        """A due message its queue holds back waits there until released."""
         queue = self.get(name) if name else None
-        if queue is None or queue.may_start(message_id):
-            return True
-        queue.parked.add(message_id)
-        return False
+        if queue is not None:
+            queue.parked.add(message_id)
 
     def holds(self, name: str | None, message_id: str) -> bool:
         """Whether its queue holds the message back now (read only)."""

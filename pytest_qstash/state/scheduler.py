@@ -73,15 +73,8 @@ class Scheduler:
         message = store.live_message(event.target, event.generation)
         if message is None:
             return None
-        if store.queues.holds(message.queue, message.message_id):
-            return None  # released (with a new event) when its queue lets it start
-        if len(store.in_flight) >= store.global_parallelism:
-            return None  # released when an attempt ends
-        fc = message.flow_control
-        flow = store.flow_keys.get(fc.key) if fc is not None and fc.key else None
-        if flow is None:
-            return event.due_ms
-        return flow.next_start_ms(event.due_ms)
+        # Held ones are released with a new event (a queue's slot, an attempt's end).
+        return store.start_ms(message, event.due_ms)
 
     def next_due_ms(self, *, scheduled: bool = True) -> int | None:
         """When the next delivery, end of an attempt in flight, cron firing, flow-control wake

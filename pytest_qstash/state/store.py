@@ -51,6 +51,9 @@ from .url_groups import Endpoint, UnknownDestination, UrlGroup
 from .waiters import Waiters, new_waiter, resume_step
 from .workflows import WorkflowRun, WorkflowRuns
 
+#: What holds a due message back (``Store.admission``).
+Hold = Literal["queue", "parallelism", "flow"]
+
 __all__ = [
     "DEFAULT_DEDUP_WINDOW_MS",
     "NON_RETRYABLE_STATUS",
@@ -766,23 +769,56 @@ class Store:
         """The queue called ``name``, created (parallelism 1) if it does not exist."""
         return self.queues.queue(name, self.clock.now_ms)
 
-    def may_start(self, message: Message) -> bool:
-        """Whether a due message may be attempted now. If its queue, the account's global
-        parallelism or its flow-control key says no, it waits there and is released when
-        they allow it."""
-        if not self.queues.admit(message.queue, message.message_id):
-            return False
+    def admission(self, message: Message, at_ms: int) -> tuple[Hold | None, int | None]:
+        """The admission rule, read without changing anything: what holds a message due at
+        ``at_ms`` back, if anything, and when it may start. In order: its queue (it is not
+        among the first ``parallelism`` of the queue's unfinished messages, or the queue is
+        paused), the account's global parallelism (used up), its flow-control key (paused or
+        its parallelism used up: no time, an attempt's end or a resume releases it; over its
+        rate: when the key's period ends). ``may_start`` applies it; the scheduler reads it
+        (``start_ms``)."""
+        if self.queues.holds(message.queue, message.message_id):
+            return "queue", None
         if len(self.in_flight) >= self.global_parallelism:
-            self._global_waiting[message.message_id] = None
-            return False
+            return "parallelism", None
+        flow = self._flow_of(message)
+        if flow is None:
+            return None, at_ms
+        start = flow.next_start_ms(at_ms)
+        return (None if start == at_ms else "flow"), start
+
+    def start_ms(self, message: Message, due_ms: int) -> int | None:
+        """When a message due at ``due_ms`` may start as the admission rule stands now; None
+        while something holds it until released (``admission``)."""
+        return self.admission(message, due_ms)[1]
+
+    def may_start(self, message: Message) -> bool:
+        """Whether a due message may be attempted now (``admission``); if so its attempt is
+        counted against its flow-control key. If not, it waits where it is held and is
+        released when that allows it."""
+        now = self.clock.now_ms
         fc = message.flow_control
-        if fc is None or not fc.key:
-            return True
-        held_by = self.flow_keys.admit(message.message_id, fc, self.clock.now_ms)
+        if fc is not None and fc.key:
+            self.flow_keys.key(fc.key, now)  # a key exists from the first message naming it
+        held_by, _ = self.admission(message, now)
+        flow = self._flow_of(message)
         if held_by is None:
+            if flow is not None:
+                flow.count_start(now)
             return True
-        self._plan_wake(held_by)
+        if held_by == "queue":
+            self.queues.park(message.queue, message.message_id)
+        elif held_by == "parallelism":
+            self._global_waiting[message.message_id] = None
+        else:
+            assert flow is not None
+            flow.waiting[message.message_id] = None
+            self._plan_wake(flow)
         return False
+
+    def _flow_of(self, message: Message) -> FlowKey | None:
+        fc = message.flow_control
+        return self.flow_keys.get(fc.key) if fc is not None and fc.key else None
 
     def flow_key(self, key: str) -> FlowKey:
         return self.flow_keys.key(key, self.clock.now_ms)
