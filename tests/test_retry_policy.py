@@ -546,3 +546,13 @@ def test_a_retry_delay_expression_pickles_as_its_text() -> None:
     copy = pickle.loads(pickle.dumps(expression))
     assert copy.text == expression.text
     assert copy.delay_ms(3) == expression.delay_ms(3) == 8000
+
+
+def test_the_default_backoff_as_an_expression_is_the_default_backoff() -> None:
+    # What a step without a retry delay shows as its retryDelay computes the same delays.
+    from pytest_qstash.state.retry import DEFAULT_RETRY_DELAY
+
+    expression = RetryDelayExpression(DEFAULT_RETRY_DELAY)
+    assert [expression.delay_ms(retried) for retried in range(12)] == [
+        default_backoff_ms(retried + 1) for retried in range(12)
+    ]

@@ -14,6 +14,7 @@ import httpx
 
 from ..state.models import Delivery, Message
 from ..state.options import MessageOptions
+from ..state.retry import DEFAULT_RETRY_DELAY
 from ..state.store import Store
 from ..state.workflows import NOT_FOUND, STEP, WorkflowRun, WorkflowStep
 from ._http import (
@@ -371,12 +372,6 @@ def _pending_json(message: Message) -> dict[str, Any]:
     if errors:
         out["errors"] = errors
     return out
-
-
-#: QStash's default backoff (``min(86400, e^(2.5 n))`` seconds before retry ``n``) in the
-#: ``Upstash-Retry-Delay`` language, where ``retried`` counts from 0: what a step without a
-#: retry delay of its own shows as its ``retryDelay``.
-DEFAULT_RETRY_DELAY = "min(86400000, exp(2.5 * (retried + 1)) * 1000)"
 
 
 def _delivery_settings(message: Message) -> dict[str, Any]:

@@ -33,7 +33,9 @@ from email.utils import parsedate_to_datetime
 from ..durations import go_duration_ms
 
 __all__ = [
+    "BACKOFF_RATE",
     "DEFAULT_RETRIES",
+    "DEFAULT_RETRY_DELAY",
     "MAX_BACKOFF_MS",
     "MAX_EXPRESSION_LENGTH",
     "RETRY_AFTER_HEADERS",
@@ -66,9 +68,12 @@ RETRY_AFTER_HEADERS: tuple[str, ...] = (
 _MAX_PAREN_DEPTH = 50
 _MAX_NODE_DEPTH = 100
 
+#: The default backoff waits ``e^(BACKOFF_RATE * n)`` seconds before retry ``n``, up to a day.
+BACKOFF_RATE = 2.5
+
 # Upper end of the default backoff: e^(2.5 n) s reaches one day (86 400 s) at n = 5. Comparing n
 # against this integer first means an absurd n never reaches math.exp (which would overflow).
-_FIRST_CAPPED_RETRY = math.ceil(math.log(MAX_BACKOFF_MS / 1000) / 2.5)
+_FIRST_CAPPED_RETRY = math.ceil(math.log(MAX_BACKOFF_MS / 1000) / BACKOFF_RATE)
 
 _ACCEPTED = "Accepted: numbers, retried, + - * / ( ), pow exp sqrt abs floor ceil round min max"
 
@@ -121,7 +126,14 @@ def default_backoff_ms(n: int) -> int:
         raise ValueError(f"retry number n must be >= 1 (1 = first retry), got {n}")
     if n >= _FIRST_CAPPED_RETRY:
         return MAX_BACKOFF_MS
-    return min(MAX_BACKOFF_MS, _round_half_up(math.exp(2.5 * n) * 1000))
+    return min(MAX_BACKOFF_MS, _round_half_up(math.exp(BACKOFF_RATE * n) * 1000))
+
+
+#: ``default_backoff_ms`` in the ``Upstash-Retry-Delay`` language, where ``retried`` counts
+#: from 0 (retry ``n`` is ``retried + 1``): what a step without a retry delay of its own shows
+#: as its ``retryDelay``. Written from the constants above; a test evaluates it against
+#: ``default_backoff_ms``.
+DEFAULT_RETRY_DELAY = f"min({MAX_BACKOFF_MS}, exp({BACKOFF_RATE} * (retried + 1)) * 1000)"
 
 
 # ------------------------------------------------------------------------------------------
