@@ -60,9 +60,10 @@ def _path(message: Message) -> tuple[str, ...]:
 
 
 def _labels(message: Message) -> tuple[str, ...]:
+    # A filter matches the whole label as set, or one of the labels it names.
     if not message.label:
         return ()
-    return (message.label, *(part.strip() for part in message.label.split(",")))
+    return (message.label, *message.labels)
 
 
 def _one(getter: Callable[[Message], str | None]) -> Callable[[Message], tuple[str, ...]]:
