@@ -10,6 +10,9 @@ from fractions import Fraction
 
 Duration = str | int | float | timedelta
 
+#: How far ahead ``drain()`` delivers by default (the fixture, ``Client``, the server's verb).
+DRAIN_WITHIN = "30d"
+
 _UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _ACCEPTED = (

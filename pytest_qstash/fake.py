@@ -27,7 +27,7 @@ from .delivery.dispatcher import AsyncRunner, Dispatcher, DispatchSettings
 from .delivery.handler_time import HandlerDuration, HandlerTimes
 from .delivery.mounts import MountTable
 from .delivery.transports import DEFAULT_DELIVERY_TIMEOUT_S, Sender
-from .durations import Duration, parse_duration_ms
+from .durations import DRAIN_WITHIN, Duration, parse_duration_ms
 from .errors import AsyncContextError
 from .query import Found
 from .regions import region_named
@@ -508,7 +508,7 @@ class FakeQStash:
         _refuse_inside_loop("advance_to(...)", "aadvance_to(...)")
         return _made(self._dispatcher.run(self._moment(moment)))
 
-    def drain(self, within: Duration = "30d") -> Found[Delivery]:
+    def drain(self, within: Duration = DRAIN_WITHIN) -> Found[Delivery]:
         """Deliver everything pending, each at its own due time, until nothing more is due
         before ``within`` from now, the moment of the call (default 30 days). Unlike
         ``advance(within)``, the clock stops at the last thing delivered, not at the limit:
@@ -527,7 +527,7 @@ class FakeQStash:
             made += delivered
         return _made(made)
 
-    async def adrain(self, within: Duration = "30d") -> Found[Delivery]:
+    async def adrain(self, within: Duration = DRAIN_WITHIN) -> Found[Delivery]:
         __tracebackhide__ = True
         limit = self._target(within)
         made = await self.async_runner.arun(self.clock.now_ms)

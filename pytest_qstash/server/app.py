@@ -34,6 +34,7 @@ import httpx
 from ..api import same_token
 from ..api._http import request_path
 from ..delivery.mounts import Redirect, check_redirect, merge_redirects, mount_url
+from ..durations import DRAIN_WITHIN
 from ..fake import FakeQStash
 from ..state.models import Delivery
 from ..state.plans import DEFAULT_PLAN, PLANS, plan_named
@@ -391,7 +392,7 @@ class QStashServerApp:
             elif action == "advance_to":
                 made = await self.fake.aadvance_to(_required(args, "to"))
             else:
-                made = await self.fake.adrain(args.get("within") or "30d")
+                made = await self.fake.adrain(args.get("within") or DRAIN_WITHIN)
         return made
 
     async def _tick_real_clock(self) -> list[Delivery]:

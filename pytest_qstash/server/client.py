@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, TypeVar
 
-from ..durations import Duration
+from ..durations import DRAIN_WITHIN, Duration
 from ..errors import QStashFakeError
 from ..query import Found
 from ..state.flow_control import FlowKey
@@ -103,7 +103,7 @@ class Client:
             moment = moment.isoformat()
         return _deliveries(self._verb("advance_to", to=moment))
 
-    def drain(self, within: Duration = "30d") -> Found[Delivery]:
+    def drain(self, within: Duration = DRAIN_WITHIN) -> Found[Delivery]:
         """Deliver everything pending, each at its own time; the clock stops at the last."""
         if isinstance(within, timedelta):
             within = within.total_seconds()

@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..durations import DRAIN_WITHIN
 from . import records, reports
 
 if TYPE_CHECKING:  # for the annotations only: Client reads this table without the engine
@@ -227,7 +228,7 @@ VERBS: dict[str, Verb] = {
         ),
         Verb(
             "drain",
-            (Arg("within", default="30d"),),
+            (Arg("within", default=DRAIN_WITHIN),),
             "delivers everything pending; the clock stops at the last delivery",
             _mover("drain"),
         ),
