@@ -311,16 +311,26 @@ def test_the_private_access_check_sees_every_form() -> None:
 
 def test_no_module_touches_another_objects_private_attributes() -> None:
     # Modules talk through public, named seams; what truly has none is listed, with why.
-    seen = set()
-    wrong = []
-    for name, (path, _) in MODULES.items():
-        for access, line in _private_accesses(path.read_text(encoding="utf-8")):
-            if (name, access) in PRIVATE_ACCESS_ALLOWED:
-                seen.add((name, access))
-            else:
-                wrong.append(f"{name}:{line} touches {access}")
+    found = [
+        (name, access, line)
+        for name, (path, _) in MODULES.items()
+        for access, line in _private_accesses(path.read_text(encoding="utf-8"))
+    ]
+    _assert_only_allowed(found, PRIVATE_ACCESS_ALLOWED, "touches")
+
+
+def _assert_only_allowed(
+    found: list[tuple[str, str, int]], allowed: dict[tuple[str, str], str], verb: str
+) -> None:
+    """Fail on each (module, access, line) found that ``allowed`` does not list, and on each
+    allowed one no longer found (a stale entry hides the next real one)."""
+    wrong = [
+        f"{name}:{line} {verb} {access}"
+        for name, access, line in found
+        if (name, access) not in allowed
+    ]
     assert not wrong, "\n".join(wrong)
-    stale = sorted(set(PRIVATE_ACCESS_ALLOWED) - seen)
+    stale = sorted(set(allowed) - {(name, access) for name, access, _ in found})
     assert not stale, f"allowed but no longer there (drop them from the list): {stale}"
 
 
@@ -627,16 +637,10 @@ def test_the_store_collections_are_found() -> None:
 def test_only_the_engine_changes_engine_state() -> None:
     # The API layer asks; the Store and the models' own transitions change state.
     classes, collections = _engine_classes()
-    seen = set()
-    wrong = []
-    for name, (path, _) in MODULES.items():
-        if path.is_relative_to(ENGINE):
-            continue
-        for access, line in _mutations(path.read_text(encoding="utf-8"), classes, collections):
-            if (name, access) in MUTATION_ALLOWED:
-                seen.add((name, access))
-            else:
-                wrong.append(f"{name}:{line} changes {access}")
-    assert not wrong, "\n".join(wrong)
-    stale = sorted(set(MUTATION_ALLOWED) - seen)
-    assert not stale, f"allowed but no longer there (drop them from the list): {stale}"
+    found = [
+        (name, access, line)
+        for name, (path, _) in MODULES.items()
+        if not path.is_relative_to(ENGINE)
+        for access, line in _mutations(path.read_text(encoding="utf-8"), classes, collections)
+    ]
+    _assert_only_allowed(found, MUTATION_ALLOWED, "changes")
