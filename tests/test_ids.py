@@ -56,3 +56,19 @@ def test_the_seed_option_fixes_the_ids() -> None:
 
     assert first_id(7) == first_id(7)
     assert first_id(7) != first_id(8)
+
+
+def test_a_generator_goes_back_to_a_copy_taken_before() -> None:
+    # What a data dir's replay does when a request drew fewer ids than the first time.
+    import copy
+
+    from pytest_qstash.state.ids import IdGenerator
+
+    ids = IdGenerator("seed")
+    ids.message_id()
+    earlier = copy.deepcopy(ids)
+    expected = [ids.message_id(), ids.jwt_id()]
+    ids.message_id()
+    ids.restore(earlier)
+    assert ids.drawn == earlier.drawn
+    assert [ids.message_id(), ids.jwt_id()] == expected

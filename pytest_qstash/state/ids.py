@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 _BASE58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 
@@ -13,14 +14,14 @@ class IdGenerator:
         #: Characters drawn so far: where the sequence is (a server's journal records it).
         self.drawn = 0
 
-    def position(self) -> tuple[object, int]:
+    def position(self) -> tuple[tuple[Any, ...], int]:
         """Where the sequence is: the random state and ``drawn``."""
         return self._random.getstate(), self.drawn
 
     def restore(self, earlier: IdGenerator) -> None:
         """Go back to where ``earlier`` (a copy of this generator taken before) is."""
         state, self.drawn = earlier.position()
-        self._random.setstate(state)  # type: ignore[arg-type]
+        self._random.setstate(state)
 
     def token(self, length: int) -> str:
         self.drawn += length
