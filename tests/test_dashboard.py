@@ -19,7 +19,10 @@ from typing import Any
 
 import pytest
 import requests
+from ci_requirements import CHROMIUM as CHROMIUM_REQUIRED
+from ci_requirements import missing
 from qstash import QStash
+from selenium import webdriver
 
 from pytest_qstash.server import AppProcess, ServerProcess
 from pytest_qstash.server.dashboard import DASHBOARD_PATH, dashboard_link
@@ -112,8 +115,7 @@ def test_on_a_real_clock() -> None:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if CHROMIUM is None or CHROMEDRIVER is None:
-        pytest.skip("no chromium/chromedriver (apt-get install chromium chromium-driver)")
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+        missing(CHROMIUM_REQUIRED, f"chromium at {CHROMIUM}, chromedriver at {CHROMEDRIVER}")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in (

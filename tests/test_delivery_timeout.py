@@ -145,8 +145,6 @@ def test_a_delivery_past_the_timeout_fails_the_test(
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     backend: str = request.param
-    if backend == "trio":
-        pytest.importorskip("trio")
     return backend
 
 

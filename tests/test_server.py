@@ -311,7 +311,6 @@ def test_the_server_delivers_beyond_loopback_when_asked() -> None:
 
 
 def test_one_server_per_xdist_worker(pytester: pytest.Pytester) -> None:
-    pytest.importorskip("xdist")
     pytester.makepyfile(
         """
         import json

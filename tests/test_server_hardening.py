@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 import requests
+from ci_requirements import BY_DESIGN
 
 from pytest_qstash.server import ServerProcess
 from pytest_qstash.server.cli import DEFAULT_IDLE_TIMEOUT_S, main, parser
@@ -155,7 +156,7 @@ def test_the_default_bound_and_bad_flags(capsys: pytest.CaptureFixture[str]) -> 
         assert "--idle-timeout" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="descriptor limits as Linux sets them")
+@pytest.mark.skipif(sys.platform != "linux", reason=BY_DESIGN.linux_descriptors)
 def test_running_out_of_descriptors_is_one_log_line() -> None:
     limit = 64
 
