@@ -115,7 +115,12 @@ def test_on_a_real_clock() -> None:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if CHROMIUM is None or CHROMEDRIVER is None:
-        missing(CHROMIUM_REQUIRED, f"chromium at {CHROMIUM}, chromedriver at {CHROMEDRIVER}")
+        absent = [
+            name
+            for name, found in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER))
+            if found is None
+        ]
+        missing(CHROMIUM_REQUIRED, f"not on PATH: {', '.join(absent)}")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in (
