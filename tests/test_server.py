@@ -329,7 +329,14 @@ def test_the_server_delivers_beyond_loopback_through_the_environments_proxy(
     handler = type("Recording", (_Proxy,), {"seen": seen})
     with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as proxy:
         threading.Thread(target=proxy.serve_forever, daemon=True).start()
-        for name in ("HTTPS_PROXY", "ALL_PROXY", "https_proxy", "all_proxy", "NO_PROXY"):
+        for name in (
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+            "https_proxy",
+            "all_proxy",
+            "NO_PROXY",
+        ):
             monkeypatch.delenv(name, raising=False)
         monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{proxy.server_address[1]}")
         monkeypatch.setenv("no_proxy", "localhost,127.0.0.1")  # the SDK reaches the server
