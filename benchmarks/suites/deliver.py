@@ -137,5 +137,6 @@ def _floor(n: int, portal_hop: bool) -> float:
 
 
 def steps(report: Report, mode: Mode) -> list[Step]:
-    size = {"full": (100, 21), "ci": (50, 9), "smoke": (10, 2)}[mode]
+    # CI: more rounds of fewer messages, as the ratio sits near its bound on a loaded machine.
+    size = {"full": (100, 21), "ci": (50, 15), "smoke": (10, 2)}[mode]
     return [("1", "<= 1.5x", lambda: publish_and_deliver(report, *size))]
