@@ -5,15 +5,20 @@ from __future__ import annotations
 import os
 
 import pytest
-from apps import WebApp
-from qstash import AsyncQStash, QStash
-from reliability_apps import BASE, make_app
 
-from pytest_qstash import FakeQStash
+# A plugin of the suite (below) that test helpers import too: rewritten before they do.
+pytest.register_assert_rewrite("ci_requirements")
+
+from apps import WebApp  # noqa: E402
+from qstash import AsyncQStash, QStash  # noqa: E402
+from reliability_apps import BASE, make_app  # noqa: E402
+
+from pytest_qstash import FakeQStash  # noqa: E402
 
 # node_support: the TypeScript SDK fixtures (node_app, node), for the tests that ask for them;
-# replay_order: a failing test's report names the tests that ran before it, to replay them.
-pytest_plugins = ["pytester", "node_support", "replay_order"]
+# replay_order: a failing test's report names the tests that ran before it, to replay them;
+# ci_requirements: in CI, a skip that is not by design fails.
+pytest_plugins = ["pytester", "node_support", "replay_order", "ci_requirements"]
 
 
 @pytest.fixture

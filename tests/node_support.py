@@ -3,7 +3,8 @@
 ``node_app`` (module scope: one Node process per test module) installs tests/node/'s packages
 from its lockfile on first use (``npm ci``, once for all xdist workers), starts ``app.mjs``
 against the session's ``qstash_server`` and forgets what the workflows recorded before each
-test. It skips, with the reason, where Node or npm is missing or the registry is unreachable.
+test. Where Node or npm is missing or the registry is unreachable it skips with the reason
+(in CI it fails: ``ci_requirements.NODE``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+from ci_requirements import NODE, missing
 
 from pytest_qstash.server import ServerProcess
 from pytest_qstash.server.node import NodeApp, NodeUnavailable, install_node_packages
@@ -97,11 +99,11 @@ def run_client_script(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def node_packages() -> Path:
-    """tests/node/ with its packages installed, or the test skipped with the reason."""
+    """tests/node/ with its packages installed; else the test skips (fails in CI), saying why."""
     try:
         return install_node_packages(NODE_DIR)
     except NodeUnavailable as exc:
-        pytest.skip(f"TypeScript SDK tests need Node: {exc}")
+        missing(NODE, f"the TypeScript SDK tests cannot run: {exc}")
 
 
 @pytest.fixture(scope="module")

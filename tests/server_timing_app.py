@@ -6,6 +6,9 @@ A bare ASGI app: it starts in a fraction of the time a framework takes.
 - ``POST /ok``: 200 at once;
 - ``POST /slow/<ms>``: 200 after ``ms`` milliseconds;
 - ``POST /hang``: never answers; it ends when the caller gives up (closes the connection);
+- ``POST /gate/<n>/<name>``: 200 once ``n`` requests to that path are in at once (each waits
+  for the others), 504 if they are not within ``GATE_WAIT_S``: proof that they were
+  delivered concurrently, whatever the machine's speed;
 - ``GET /log``: ``[{"path", "id", "start", "end"}]``, wall-clock seconds, ``id`` the
   ``Upstash-Message-Id``; ``GET /``: ready.
 """
@@ -18,6 +21,9 @@ import time
 from typing import Any
 
 log: list[dict[str, Any]] = []
+#: A guard for a gate whose requests never all come: the test fails with 504s, not a hang.
+GATE_WAIT_S = 20.0
+_gates: dict[str, tuple[asyncio.Event, list[int]]] = {}
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -38,6 +44,19 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         entry["end"] = time.time()
         log.append(entry)
         return
+    if path.startswith("/gate/"):
+        wanted = int(path.split("/")[2])
+        opened, arrived = _gates.setdefault(path, (asyncio.Event(), [0]))
+        arrived[0] += 1
+        if arrived[0] >= wanted:
+            opened.set()
+        try:
+            await asyncio.wait_for(opened.wait(), GATE_WAIT_S)
+        except asyncio.TimeoutError:
+            entry["end"] = time.time()
+            log.append(entry)
+            await _answer(send, 504, b"{}")
+            return
     if path.startswith("/slow/"):
         await asyncio.sleep(int(path.rsplit("/", 1)[1]) / 1000)
     entry["end"] = time.time()

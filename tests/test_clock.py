@@ -11,9 +11,11 @@ from datetime import datetime, timedelta, timezone
 
 import freezegun
 import httpx
+import pydantic
 import pytest
 import time_machine
 from apps import WebApp, make_fastapi_app, make_flask_app
+from ci_requirements import BY_DESIGN
 from inner_pytest import run_inner
 from qstash import AsyncQStash, QStash
 from qstash.message import PublishResponse
@@ -369,7 +371,7 @@ def test_the_process_time_zone_is_left_alone(qstash: FakeQStash) -> None:
 def new_york(monkeypatch: pytest.MonkeyPatch) -> object:
     """The process in New York's time zone for one test (TZ is read by tzset)."""
     if not hasattr(time, "tzset"):
-        pytest.skip("time.tzset is Unix-only")
+        pytest.skip(BY_DESIGN.tzset)
     monkeypatch.setenv("TZ", "America/New_York")
     time.tzset()
     yield
@@ -526,7 +528,6 @@ def test_a_time_machine_decorator_on_the_test_still_verifies(
 def test_freezegun_local_time_is_whole(new_york: object) -> None:
     # freezegun alone leaves tm_gmtoff None and ignores daylight saving in localtime();
     # pydantic's PastDatetime reads it and would fail on every delivery.
-    pydantic = pytest.importorskip("pydantic")
 
     class Signup(pydantic.BaseModel):  # type: ignore[name-defined,misc]
         born: pydantic.PastDatetime  # type: ignore[name-defined]

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from ci_requirements import BY_DESIGN
 from node_support import NODE_DIR, node_packages, publish_and_run_workflow
 
 from pytest_qstash.server import AppProcess, ServerProcess
@@ -123,7 +124,7 @@ def test_dev_mode_listens_on_8080_by_default() -> None:
         try:
             probe.bind(("127.0.0.1", 8080))
         except OSError:
-            pytest.skip("port 8080 is taken on this machine")
+            pytest.skip(BY_DESIGN.port_8080_taken)
     env = {k: v for k, v in os.environ.items() if "QSTASH" not in k}
     env["QSTASH_DEV"] = "true"
     with subprocess.Popen(
@@ -134,7 +135,7 @@ def test_dev_mode_listens_on_8080_by_default() -> None:
             if not first[0] and "already in use" in (
                 process.stderr.read() if process.stderr else ""
             ):
-                pytest.skip("port 8080 was taken meanwhile")
+                pytest.skip(f"{BY_DESIGN.port_8080_taken}: taken meanwhile")
             assert first == ["QSTASH_URL=http://127.0.0.1:8080"]
         finally:
             process.terminate()

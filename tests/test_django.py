@@ -9,7 +9,6 @@ tasks are real ``@stashed_task``s published by django-qstash's own QStash client
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import os
 import time
@@ -17,13 +16,9 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-import pytest
-
-pytest.importorskip("django")
-if importlib.util.find_spec("django_qstash") is None:  # importing it needs settings already
-    pytest.skip("django-qstash is not installed", allow_module_level=True)
-
 import django
+import pytest
+from ci_requirements import BY_DESIGN
 from django.apps import apps
 from django.conf import settings
 from django.core.asgi import get_asgi_application
@@ -62,7 +57,7 @@ if settings.SETTINGS_MODULE != OUR_SETTINGS:
     # Django's settings are per process: this session set Django up for another project first
     # (as `pytest examples tests` does with the Django example's).
     pytest.skip(
-        f"Django is already set up with {settings.SETTINGS_MODULE}: run tests/ in a pytest "
+        f"{BY_DESIGN.django_set_up_elsewhere} {settings.SETTINGS_MODULE}: run tests/ in a pytest "
         "session of its own",
         allow_module_level=True,
     )

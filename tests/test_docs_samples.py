@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from ci_requirements import BY_DESIGN
 from inner_pytest import run_inner
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,7 +112,7 @@ def test_the_docs_have_samples() -> None:
 @pytest.mark.parametrize("sample", ALL, ids=[s.name for s in ALL])
 def test_sample_runs(pytester: pytest.Pytester, sample: Sample) -> None:
     if sample.not_run:
-        pytest.skip(f"marked not-run: {sample.not_run}")
+        pytest.skip(f"{BY_DESIGN.sample_not_run}: {sample.not_run}")
     pytester.makeconftest("from docs_sample_env import *\n")
     pytester.makepyfile(docs_sample_env=ENV.read_text(encoding="utf-8"))
     for earlier in ALL:

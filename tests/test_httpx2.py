@@ -8,15 +8,21 @@ import ast
 import asyncio
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
+from ci_requirements import BY_DESIGN
 from inner_pytest import run_inner
 
 from pytest_qstash import FakeQStash
 from pytest_qstash.httpx2_support import HTTPX2_INSTALLED
 
-httpx2 = pytest.importorskip("httpx2", reason="httpx2 is an optional extra")
+if sys.version_info < (3, 11):
+    pytest.skip(BY_DESIGN.httpx2_python, allow_module_level=True)
+
+# Required from Python 3.11 (the test extra installs httpx2 and pytest-httpx2 there).
+import httpx2
 
 PUBLISH = "https://qstash.upstash.io/v2/publish/https://app.test/jobs"
 
@@ -63,8 +69,6 @@ def test_regional_hosts_and_qstash_url(qstash: FakeQStash, monkeypatch: pytest.M
 def test_other_requests_reach_the_users_pytest_httpx2_mock(
     qstash: FakeQStash, request: pytest.FixtureRequest
 ) -> None:
-    if importlib.util.find_spec("pytest_httpx2") is None:
-        pytest.skip("pytest-httpx2 is not installed")
     httpx2_mock = request.getfixturevalue("httpx2_mock")  # the user's own mock fixture
     route = httpx2_mock.get("https://partner.test/rates").respond(200, json={"eur": 1})
     assert httpx2.get("https://partner.test/rates").json() == {"eur": 1}
@@ -157,8 +161,8 @@ def imported_modules(path: Path) -> set[str]:
 @pytest.mark.parametrize("sdk", UPSTASH_SDKS)
 def test_canary_installed_sdks_use_only_http_libraries_the_fake_intercepts(sdk: str) -> None:
     spec = importlib.util.find_spec(sdk)
-    if spec is None or spec.origin is None:
-        pytest.skip(f"{sdk} is not installed")
+    assert spec is not None, f"{sdk} is not installed (the test extra installs it)"
+    assert spec.origin is not None
     root = Path(spec.origin).parent
     found = []
     for path in sorted(root.rglob("*.py")):
@@ -193,8 +197,6 @@ def test_httpx2_support_knows_httpx2_is_installed() -> None:
 def test_an_unmounted_delivery_goes_to_the_users_httpx2_mock(
     qstash: FakeQStash, request: pytest.FixtureRequest
 ) -> None:
-    if importlib.util.find_spec("pytest_httpx2") is None:
-        pytest.skip("pytest-httpx2 is not installed")
     httpx2_mock = request.getfixturevalue("httpx2_mock")
     route = httpx2_mock.post("https://partner.test/hook").respond(202, text="queued")
     httpx2.post("https://qstash.upstash.io/v2/publish/https://partner.test/hook", headers=auth())
@@ -211,8 +213,6 @@ def test_an_unmounted_delivery_no_httpx2_route_matches_is_unrouted(
 ) -> None:
     from pytest_qstash import UnroutedDeliveryError
 
-    if importlib.util.find_spec("pytest_httpx2") is None:
-        pytest.skip("pytest-httpx2 is not installed")
     httpx2_mock = request.getfixturevalue("httpx2_mock")
     httpx2_mock.get("https://partner.test/other").respond(200)
     httpx2.post("https://qstash.upstash.io/v2/publish/https://partner.test/hook", headers=auth())

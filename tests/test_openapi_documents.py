@@ -7,8 +7,9 @@ is held to the documented status and JSON schema. Then schemathesis drives gener
 at every operation of both documents through the server's ASGI app, and no answer may be a 5xx
 (each 4xx is JSON with an ``error``).
 
-Workflow operations the engine does not serve yet answer 501: they are skipped, saying so,
-and checked like the others from the day they are served.
+Every operation is served: an answer of 501 (not implemented) fails, as any answer the
+document does not list. Without the documents the module skips, naming them (in CI it fails:
+``ci_requirements.OPENAPI_DOCUMENTS``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 import schemathesis
+from ci_requirements import OPENAPI_DOCUMENTS, missing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openapi_documents import ABSENT, DOCUMENTS_DIR, ERRATA, describe, load
@@ -35,7 +37,7 @@ from pytest_qstash import FakeQStash
 from pytest_qstash.server.app import QStashServerApp, ServerSettings
 
 if DOCUMENTS_DIR is None:
-    pytest.skip(ABSENT, allow_module_level=True)
+    missing(OPENAPI_DOCUMENTS, ABSENT, module_level=True)
 
 API = "https://qstash.upstash.io"
 APP = "https://app.test"
@@ -43,25 +45,6 @@ WORKFLOW_APP = "https://flows.test"
 START = "2026-03-02T08:00:00Z"
 TOKEN = "openapi-server-token"
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-
-#: Workflow operations the engine answers 501 for today (the workflow DLQ, the trigger
-#: endpoints): skipped while they answer 501, validated from the day they do not.
-NOT_SERVED_YET = frozenset(
-    {
-        "POST /v2/trigger/{workflowUrl}",
-        "POST /v2/batch/trigger",
-        "GET /v2/workflows/dlq",
-        "DELETE /v2/workflows/dlq",
-        "GET /v2/workflows/dlq/{dlqId}",
-        "DELETE /v2/workflows/dlq/{dlqId}",
-        "POST /v2/workflows/dlq/resume/{dlqId}",
-        "POST /v2/workflows/dlq/resume",
-        "POST /v2/workflows/dlq/restart/{dlqId}",
-        "POST /v2/workflows/dlq/restart",
-        "POST /v2/workflows/dlq/callback/{dlqId}",
-        "DELETE /v2/workflows/dlq/callback/{dlqId}",
-    }
-)
 
 
 # -- the apps deliveries reach ------------------------------------------------------------------
@@ -631,8 +614,6 @@ def test_answer_is_shaped_as_documented(
     qstash: FakeQStash, client: QStash, document: str, operation: str
 ) -> None:
     answers = CALLS[document][operation](World(qstash, client))
-    if operation in NOT_SERVED_YET and any(a.status_code == 501 for a in answers):
-        pytest.skip(f"{operation} is not served yet (501)")
     spec = load(document)
     for answer in answers:
         problems = spec.problems(operation, answer)
@@ -921,8 +902,6 @@ def test_generated_requests_get_no_server_error(
     case = data.draw(_strategy(document, operation))
     response = case.call(app=server_app, headers={"Authorization": f"Bearer {TOKEN}"})
     replay = case.as_curl_command(headers={"Authorization": f"Bearer {TOKEN}"})
-    if operation in NOT_SERVED_YET and response.status_code == 501:
-        return  # not served yet, and said so: see test_answer_is_shaped_as_documented
     assert response.status_code < 500, f"{response.status_code} {response.text}\n{replay}"
     if response.status_code >= 400:
         try:

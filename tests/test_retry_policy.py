@@ -7,6 +7,7 @@ import pickle
 from datetime import datetime, timezone
 from email.utils import format_datetime
 
+import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -452,7 +453,6 @@ def test_case_insensitive_plain_dict(name: str) -> None:
 
 
 def test_works_with_httpx_headers() -> None:
-    httpx = pytest.importorskip("httpx")
     headers = httpx.Headers({"retry-after": "3"})
     assert parse_retry_after(headers, NOW_MS) == 3000
 

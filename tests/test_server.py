@@ -4,26 +4,27 @@ real HTTP on loopback between them, the real SDKs, ``requests`` and curl as clie
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import requests
+from ports import closed_port
 from qstash import AsyncQStash, QStash
 from qstash.errors import QStashError
 
-from pytest_qstash import FakeQStash
-from pytest_qstash.delivery.transports import Unrouted
+from pytest_qstash import FakeQStash, UnroutedDeliveryError
 from pytest_qstash.server import AppProcess, Client, ServerError, ServerProcess
 from pytest_qstash.server.process import ENV_NAMES
 
@@ -225,8 +226,9 @@ def test_bad_control_requests_say_what_is_accepted(qstash_server: ServerProcess)
 def test_an_endpoint_that_is_down_is_a_failed_attempt(
     qstash_server: ServerProcess, sdk: QStash
 ) -> None:
-    sdk.message.publish_json(url="http://127.0.0.1:9/x", body={}, retries=1)
-    [delivery] = qstash_server.tick()
+    with closed_port() as down:
+        sdk.message.publish_json(url=f"http://127.0.0.1:{down}/x", body={}, retries=1)
+        [delivery] = qstash_server.tick()
     assert delivery.status is None
     assert delivery.error.startswith("ConnectError")
     assert qstash_server.messages[0].state == "RETRY"
@@ -300,18 +302,65 @@ def test_command_line_refuses_bad_options() -> None:
     assert "--clock virtual" in real.stderr
 
 
-def test_the_server_delivers_beyond_loopback_when_asked() -> None:
-    # Checked without sending anything: no test of ours reaches beyond loopback.
-    from pytest_qstash.server.app import ServerSettings, build_fake
+class _Proxy(http.server.BaseHTTPRequestHandler):
+    """An HTTP proxy on loopback that answers every request itself (200), keeping its request
+    line: what a server configured with it sends beyond loopback ends here."""
 
-    fake = build_fake(ServerSettings("t", "sig_a", "sig_b", clock="virtual"))
-    fake._sender._check_can_route(httpx.Request("POST", "https://app.example.com/hook"))
-    with FakeQStash() as in_process, pytest.raises(Unrouted):
-        in_process._sender._check_can_route(httpx.Request("POST", "https://app.example.com/hook"))
+    seen: list[str]
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.seen.append(self.requestline)
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_the_server_delivers_beyond_loopback_through_the_environments_proxy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No test of ours reaches beyond loopback: the proxy the server's environment names is a
+    # loopback one that answers for the app itself.
+    seen: list[str] = []
+    handler = type("Recording", (_Proxy,), {"seen": seen})
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as proxy:
+        threading.Thread(target=proxy.serve_forever, daemon=True).start()
+        for name in (
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+            "https_proxy",
+            "all_proxy",
+            "NO_PROXY",
+        ):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{proxy.server_address[1]}")
+        monkeypatch.setenv("no_proxy", "localhost,127.0.0.1")  # the SDK reaches the server
+        try:
+            with ServerProcess.start(clock="virtual") as server:
+                sdk = QStash(server.token, base_url=server.url, retry=False)
+                sdk.message.publish_json(url="http://app.example.com/hook", body={"n": 1})
+                [delivery] = server.tick()
+        finally:
+            proxy.shutdown()
+    assert (delivery.status, delivery.response_body) == (200, "ok")
+    assert seen == ["POST http://app.example.com/hook HTTP/1.1"]
+
+
+def test_in_process_a_delivery_beyond_loopback_is_unrouted() -> None:
+    with FakeQStash() as in_process:
+        QStash(in_process.token, retry=False).message.publish_json(
+            url="https://app.example.com/hook", body={}
+        )
+        with pytest.raises(UnroutedDeliveryError):
+            in_process.tick()
 
 
 def test_one_server_per_xdist_worker(pytester: pytest.Pytester) -> None:
-    pytest.importorskip("xdist")
     pytester.makepyfile(
         """
         import json

@@ -14,10 +14,12 @@ import subprocess
 import sys
 import tempfile
 import time
+import typing
 from collections.abc import Iterator
 
 import pytest
 import requests
+from ci_requirements import BY_DESIGN
 
 from pytest_qstash.server import ServerProcess
 from pytest_qstash.server.cli import DEFAULT_IDLE_TIMEOUT_S, main, parser
@@ -104,23 +106,35 @@ def test_dashboard_actions_say_which_types_they_take(server: ServerProcess) -> N
         assert "expected a non-empty string" in answer.json()["error"]
 
 
-def _closed_within(sock: socket.socket, seconds: float) -> float | None:
-    """How long until the server closed ``sock`` (None: still open after ``seconds``)."""
-    began = time.monotonic()
-    sock.settimeout(seconds)
+#: How long a test waits for the server to act before it fails: a guard against hanging, not
+#: a measure (the bound under test is 1 s; a loaded machine may take far longer to act on it).
+PATIENCE_S = 60
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Whether the server closes ``sock``, waiting for it at most ``PATIENCE_S``."""
+    sock.settimeout(PATIENCE_S)
     try:
         while True:
             if sock.recv(4096) == b"":
-                return time.monotonic() - began
+                return True
     except TimeoutError:
-        return None
+        return False
     except ConnectionResetError:
-        return time.monotonic() - began
+        return True
 
 
 def _connect(url: str) -> socket.socket:
     host, port = url.removeprefix("http://").rsplit(":", 1)
     return socket.create_connection((host, int(port)), timeout=10)
+
+
+def _bound_passed_for_earlier_connections(server: ServerProcess) -> None:
+    """Returns once the bound has passed for every connection opened before this call: a new,
+    silent connection is closed by it, and the server arms its timers in the order
+    connections arrive."""
+    with _connect(server.url) as later:
+        assert _closed(later), "a silent connection stayed open"
 
 
 def test_connections_without_a_request_are_closed(server: ServerProcess) -> None:
@@ -132,19 +146,44 @@ def test_connections_without_a_request_are_closed(server: ServerProcess) -> None
     after_answer.recv(4096)  # one answer, then silence
     for sock in (silent, half, after_answer):
         with sock:
-            took = _closed_within(sock, 10)
-            assert took is not None, "the idle connection stayed open"
-            assert took < 5  # --idle-timeout=1s, with room for a loaded machine
+            assert _closed(sock), "the idle connection stayed open"
 
 
-def test_a_request_slower_than_the_bound_is_still_answered(server: ServerProcess) -> None:
-    # The bound is on sending nothing: a request whose handling takes long is not cut.
-    with _connect(server.url) as sock:
-        sock.sendall(b"GET /_qstash/state HTTP/1.1\r\nHost: x\r\n")
-        time.sleep(0.3)
-        sock.sendall(f"Authorization: Bearer {server.token}\r\n\r\n".encode())
-        sock.settimeout(10)
-        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+def test_a_head_slower_than_the_bound_is_closed_unanswered(server: ServerProcess) -> None:
+    # --idle-timeout bounds the time to send a request's head: one that is still arriving
+    # when the bound passes is cut, whatever it has sent so far.
+    with _connect(server.url) as slow:
+        slow.sendall(b"GET /_qstash/state HTTP/1.1\r\nHost: x\r\n")
+        _bound_passed_for_earlier_connections(server)
+        try:
+            slow.sendall(f"Authorization: Bearer {server.token}\r\n\r\n".encode())
+        except (BrokenPipeError, ConnectionResetError):
+            return  # refused outright: unanswered
+        slow.settimeout(PATIENCE_S)
+        try:
+            answer = slow.recv(4096)
+        except ConnectionResetError:
+            answer = b""
+        assert answer == b"", answer[:200]
+
+
+def test_a_request_whose_head_arrived_is_answered_however_slow_its_body(
+    server: ServerProcess,
+) -> None:
+    # The bound is on the head only: once it has arrived, the body (and the handling) may
+    # take longer than the bound, and the request is answered.
+    body = b'{"by": "1s"}'
+    head = (
+        "POST /_qstash/advance HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: Bearer {server.token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    with _connect(server.url) as slow:
+        slow.sendall(head.encode() + body[:3])
+        _bound_passed_for_earlier_connections(server)
+        slow.sendall(body[3:])
+        slow.settimeout(PATIENCE_S)
+        assert slow.recv(4096).startswith(b"HTTP/1.1 200")
 
 
 def test_the_default_bound_and_bad_flags(capsys: pytest.CaptureFixture[str]) -> None:
@@ -155,7 +194,15 @@ def test_the_default_bound_and_bad_flags(capsys: pytest.CaptureFixture[str]) -> 
         assert "--idle-timeout" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="descriptor limits as Linux sets them")
+def _wait_for_line(log: typing.BinaryIO, text: str) -> None:
+    """Returns once ``text`` is in the ``log`` a child process writes (within PATIENCE_S)."""
+    deadline = time.monotonic() + PATIENCE_S
+    while text.encode() not in os.pread(log.fileno(), 1 << 20, 0):
+        assert time.monotonic() < deadline, f"no {text!r} in the server's log"
+        time.sleep(0.05)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason=BY_DESIGN.linux_descriptors)
 def test_running_out_of_descriptors_is_one_log_line() -> None:
     limit = 64
 
@@ -187,7 +234,7 @@ def test_running_out_of_descriptors_is_one_log_line() -> None:
                 env[name] = value
             url, token = env["QSTASH_URL"], env["QSTASH_TOKEN"]
             sockets = [_connect(url) for _ in range(3 * limit)]  # the backlog takes the rest
-            time.sleep(2.5)  # asyncio tries to accept them again every second
+            _wait_for_line(log, "cannot accept connections")
             # The bound closes the idle ones, a few at a time: it answers again.
             deadline = time.monotonic() + 40
             while True:

@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 
 import freezegun
 import pytest
+from ci_requirements import BY_DESIGN
 
 START = datetime(2026, 3, 7, 12, tzinfo=timezone.utc)
 ZONES = ["America/Chicago", "Australia/Lord_Howe"]
@@ -36,7 +37,7 @@ BACKENDS = [
 def zone(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The process in this local zone for one test (TZ is read by tzset)."""
     if not hasattr(time, "tzset"):
-        pytest.skip("time.tzset is Unix-only")
+        pytest.skip(BY_DESIGN.tzset)
     name: str = request.param
     monkeypatch.setenv("TZ", name)
     time.tzset()
