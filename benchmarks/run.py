@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import fixture_cost  # a suite beside this file (the script's directory is on sys.path)
+
 # The environment the pytest plugin sets before collection; apps (and the SDKs) read it.
 from pytest_qstash.state.account import DEFAULT_ENV
 
@@ -1529,6 +1531,7 @@ def main() -> int:
         ("2", "+<= 3 ms", lambda: fixture_cost_in_process(report, *size.fixture)),
         ("2", "+<= 3 ms", lambda: fixture_cost_through_pytest(report, size.pytest_tests, "auto")),
         ("2", "info", lambda: lifespan_cost(report, *size.fixture)),
+        ("2", "<= 1x", lambda: fixture_cost.check(report, 30 if smoke else 400)),
         (
             "2",
             f"<= {PLAIN_FIXTURE_BUDGET}x",
