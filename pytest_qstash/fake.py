@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -55,6 +55,7 @@ from .state.scheduler import Scheduler
 from .state.schedules import Schedule
 from .state.store import Store
 from .state.url_groups import UrlGroup
+from .state.verb_specs import ContinueRun, FailNext, Notify, Trigger, verb
 from .state.workflow_dlq import WorkflowDlqEntry
 from .state.workflows import WorkflowRun
 
@@ -445,14 +446,8 @@ class FakeQStash:
             self._mark_dlq_read(self.store.dlq)  # listed (or fetched) through the API
         return response
 
-    def fail_next(
-        self,
-        endpoint: str = "publish",
-        *,
-        status: int | None = None,
-        kind: str | None = None,
-        times: int = 1,
-    ) -> Fault:
+    @verb(FailNext)
+    def fail_next(self, call: FailNext) -> Fault:
         """Make the next ``times`` QStash API calls matching ``endpoint`` fail; nothing is
         stored for a failed call. Returns the ``Fault`` (``.failed`` lists the requests it
         failed, ``.remaining`` how many are still to fail).
@@ -476,7 +471,7 @@ class FakeQStash:
         Faults are matched in the order they were armed, by calls with the right token only.
         Bad arguments raise ``ValueError`` listing the accepted values.
         """
-        return self._faults.add(endpoint, status=status, kind=kind, times=times)
+        return self._faults.add(call.endpoint, status=call.status, kind=call.kind, times=call.times)
 
     def clear_faults(self) -> None:
         """Disarm every fault ``fail_next`` armed that has not fired yet."""
@@ -657,22 +652,20 @@ class FakeQStash:
         self._mark_dlq_read(item.dlq_id for item in found)
         return Found(found, "workflow DLQ entry")
 
-    def resume_run(
-        self, dlq_id: str, *, retries: int | None = None, headers: dict[str, str] | None = None
-    ) -> WorkflowRun:
+    @verb(ContinueRun)
+    def resume_run(self, call: ContinueRun) -> WorkflowRun:
         """What ``POST /v2/workflows/dlq/resume/{dlq_id}`` does: a new run (a new run id)
         that goes on from the step that failed, the steps that succeeded kept. ``retries``
         and ``headers`` (``Upstash-*`` overrides: ``Upstash-Retry-Delay``, ``Upstash-Label``,
         ``Upstash-Flow-Control-Key``, ...) replace the run's settings. Its first delivery is
         due now."""
-        return self._continue_run(self.store.resume_run, dlq_id, retries, headers)
+        return self._continue_run(self.store.resume_run, call)
 
-    def restart_run(
-        self, dlq_id: str, *, retries: int | None = None, headers: dict[str, str] | None = None
-    ) -> WorkflowRun:
+    @verb(ContinueRun)
+    def restart_run(self, call: ContinueRun) -> WorkflowRun:
         """What ``POST /v2/workflows/dlq/restart/{dlq_id}`` does: a new run from the start,
         with the failed run's initial payload and headers."""
-        return self._continue_run(self.store.restart_run, dlq_id, retries, headers)
+        return self._continue_run(self.store.restart_run, call)
 
     def retry_failure_function(self, dlq_id: str) -> WorkflowRun:
         """What ``POST /v2/workflows/dlq/callback/{dlq_id}`` does: call the failed run's
@@ -683,10 +676,9 @@ class FakeQStash:
     def _continue_run(
         self,
         action: Callable[..., WorkflowRun],
-        dlq_id: str,
-        retries: int | None,
-        headers: dict[str, str] | None,
+        call: ContinueRun,
     ) -> WorkflowRun:
+        dlq_id, retries, headers = call.dlq_id, call.retries, call.headers
         named = {k: v for k, v in (headers or {}).items() if k.lower().startswith("upstash-")}
         if retries is not None:
             if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
@@ -701,17 +693,8 @@ class FakeQStash:
             raise ValueError(str(exc)) from None
 
     # -- the outside world ------------------------------------------------------------------
-    def trigger(
-        self,
-        url: str,
-        body: Any = None,
-        headers: dict[str, str] | None = None,
-        *,
-        run_id: str | None = None,
-        retries: int | None = None,
-        failure_url: str | Literal[False] | None = None,
-        label: str | None = None,
-    ) -> str:
+    @verb(Trigger)
+    def trigger(self, call: Trigger) -> str:
         """Start an Upstash Workflow run at ``url`` as a workflow client would; returns its
         run id. The run exists at once (``qstash.runs``); its first delivery is due now.
 
@@ -724,20 +707,10 @@ class FakeQStash:
         ``failure_function`` answers), for the first delivery only: a ``serve()`` with a
         failure function sends its own with every step. ``failure_url=False`` sets none.
         """
-        return self.store.trigger_run(
-            url,
-            body,
-            headers,
-            run_id=run_id,
-            retries=retries,
-            failure_url=failure_url,
-            label=label,
-            cause=self._dispatcher.cause,
-        )
+        return self.store.trigger_run(call, cause=self._dispatcher.cause)
 
-    def notify(
-        self, event_id: str, data: Any = None, *, run_id: str | None = None
-    ) -> list[dict[str, Any]]:
+    @verb(Notify)
+    def notify(self, call: Notify) -> list[dict[str, Any]]:
         """What ``POST /v2/notify/{event_id}`` does: every run waiting for the event (a
         TypeScript SDK ``context.waitForEvent``) resumes with ``data`` as the event's data;
         the event is lost when none waits. With ``run_id``, what ``POST
@@ -748,6 +721,7 @@ class FakeQStash:
         (``NotifyResponse``), one per run reached; the resumed steps are due now (``tick()``
         delivers them). ``ValueError`` for an empty id, or a ``run_id`` that names no run in
         progress."""
+        event_id, data, run_id = call.event_id, call.data, call.run_id
         for name, value in (("event id", event_id), ("run id", run_id)):
             if value is not None and (not isinstance(value, str) or not value):
                 raise ValueError(f"invalid {name} {value!r}: expected a non-empty string")
