@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import fixture_cost  # a suite beside this file (the script's directory is on sys.path)
+import fixture_cost  # suites beside this file (the script's directory is on sys.path)
+import publish_cost
 
 # The environment the pytest plugin sets before collection; apps (and the SDKs) read it.
 from pytest_qstash.state.account import DEFAULT_ENV
@@ -1551,6 +1552,7 @@ def main() -> int:
         ("4", "copies", lambda: delivered_body_copies(report, size.copies_body)),
         ("5", "<= 2x", lambda: workflows(report, *size.workflow)),
         ("8", ">= 1x", lambda: server_mode(report, *size.server)),
+        ("8", "info", lambda: publish_cost.check(report, *((20, 2) if smoke else (300, 7)))),
         ("9", "<= 1.3x", lambda: persisted_publish(report, *size.deliver)),
         ("10", "< 2 MB", lambda: dashboard_cost(report, size.dashboard)),
         ("11", "<= 2 s", lambda: data_dir_restart(report, size.restart_messages)),
