@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -55,6 +55,7 @@ from .state.scheduler import Scheduler
 from .state.schedules import Schedule
 from .state.store import Store
 from .state.url_groups import UrlGroup
+from .state.verb_specs import ContinueRun, FailNext, Notify, Trigger, verb
 from .state.workflow_dlq import WorkflowDlqEntry
 from .state.workflows import WorkflowRun
 
@@ -163,7 +164,10 @@ class FakeQStash:
         )
         self.mounts = MountTable()
         self._handler_times = HandlerTimes()
-        self._faults = FaultTable(lambda: self.clock.now_ms)
+        # The closures below hold the clock and the account, not the fake: a fake no one holds
+        # any more is freed at once rather than left to the cycle collector.
+        clock, account = self.clock, self.account
+        self._faults = FaultTable(lambda: clock.now_ms)
         # QStash's own hosts and QSTASH_URL's are always intercepted (``hosts`` decides).
         self._base_urls = list(base_urls or [])
         hosts.declare(hosts.parse_bases(self._base_urls))  # the network guard stops them, too
@@ -176,7 +180,7 @@ class FakeQStash:
             self.mounts,
             self._sender,
             DispatchSettings(
-                signing_key=lambda: self.account.current_signing_key,
+                signing_key=lambda: account.current_signing_key,
                 raise_app_exceptions=raise_app_exceptions,
                 strict_routing=strict,
                 max_same_instant=max_deliveries_per_instant,
@@ -236,13 +240,14 @@ class FakeQStash:
 
     @property
     def router(self) -> QStashRouter:
-        """The respx router that answers the QStash API while the fake is active. Made on
-        first use: a server never intercepts, and so never loads respx (a third of its
-        start-up)."""
+        """The respx router that answers the QStash API while the fake is active. Taken on
+        first use (a server never intercepts, and so never loads respx: a third of its
+        start-up) from the routers stopped fakes left (``intercept.lend_router``), and given
+        back when the fake stops."""
         if self._router is None:
-            from .intercept import QStashRouter
+            from .intercept import lend_router
 
-            self._router = QStashRouter(self.handle, self._base_urls)
+            self._router = lend_router(self.handle, self._base_urls)
         return self._router
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -268,9 +273,14 @@ class FakeQStash:
             self._active = False
             from . import httpx2_support
 
+            router = self.router
             try:
-                httpx2_support.detach(self.router)
-                self.router.stop(quiet=True)
+                httpx2_support.detach(router)
+                router.stop(quiet=True)
+                from .intercept import return_router
+
+                self._router = None
+                return_router(router)
             finally:
                 sslcache.release()
                 self._app_clock.stop()
@@ -436,14 +446,8 @@ class FakeQStash:
             self._mark_dlq_read(self.store.dlq)  # listed (or fetched) through the API
         return response
 
-    def fail_next(
-        self,
-        endpoint: str = "publish",
-        *,
-        status: int | None = None,
-        kind: str | None = None,
-        times: int = 1,
-    ) -> Fault:
+    @verb(FailNext)
+    def fail_next(self, call: FailNext) -> Fault:
         """Make the next ``times`` QStash API calls matching ``endpoint`` fail; nothing is
         stored for a failed call. Returns the ``Fault`` (``.failed`` lists the requests it
         failed, ``.remaining`` how many are still to fail).
@@ -467,7 +471,7 @@ class FakeQStash:
         Faults are matched in the order they were armed, by calls with the right token only.
         Bad arguments raise ``ValueError`` listing the accepted values.
         """
-        return self._faults.add(endpoint, status=status, kind=kind, times=times)
+        return self._faults.add(call.endpoint, status=call.status, kind=call.kind, times=call.times)
 
     def clear_faults(self) -> None:
         """Disarm every fault ``fail_next`` armed that has not fired yet."""
@@ -648,22 +652,20 @@ class FakeQStash:
         self._mark_dlq_read(item.dlq_id for item in found)
         return Found(found, "workflow DLQ entry")
 
-    def resume_run(
-        self, dlq_id: str, *, retries: int | None = None, headers: dict[str, str] | None = None
-    ) -> WorkflowRun:
+    @verb(ContinueRun)
+    def resume_run(self, call: ContinueRun) -> WorkflowRun:
         """What ``POST /v2/workflows/dlq/resume/{dlq_id}`` does: a new run (a new run id)
         that goes on from the step that failed, the steps that succeeded kept. ``retries``
         and ``headers`` (``Upstash-*`` overrides: ``Upstash-Retry-Delay``, ``Upstash-Label``,
         ``Upstash-Flow-Control-Key``, ...) replace the run's settings. Its first delivery is
         due now."""
-        return self._continue_run(self.store.resume_run, dlq_id, retries, headers)
+        return self._continue_run(self.store.resume_run, call)
 
-    def restart_run(
-        self, dlq_id: str, *, retries: int | None = None, headers: dict[str, str] | None = None
-    ) -> WorkflowRun:
+    @verb(ContinueRun)
+    def restart_run(self, call: ContinueRun) -> WorkflowRun:
         """What ``POST /v2/workflows/dlq/restart/{dlq_id}`` does: a new run from the start,
         with the failed run's initial payload and headers."""
-        return self._continue_run(self.store.restart_run, dlq_id, retries, headers)
+        return self._continue_run(self.store.restart_run, call)
 
     def retry_failure_function(self, dlq_id: str) -> WorkflowRun:
         """What ``POST /v2/workflows/dlq/callback/{dlq_id}`` does: call the failed run's
@@ -674,10 +676,9 @@ class FakeQStash:
     def _continue_run(
         self,
         action: Callable[..., WorkflowRun],
-        dlq_id: str,
-        retries: int | None,
-        headers: dict[str, str] | None,
+        call: ContinueRun,
     ) -> WorkflowRun:
+        dlq_id, retries, headers = call.dlq_id, call.retries, call.headers
         named = {k: v for k, v in (headers or {}).items() if k.lower().startswith("upstash-")}
         if retries is not None:
             if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
@@ -690,17 +691,8 @@ class FakeQStash:
             raise ValueError(str(exc)) from None
 
     # -- the outside world ------------------------------------------------------------------
-    def trigger(
-        self,
-        url: str,
-        body: Any = None,
-        headers: dict[str, str] | None = None,
-        *,
-        run_id: str | None = None,
-        retries: int | None = None,
-        failure_url: str | Literal[False] | None = None,
-        label: str | None = None,
-    ) -> str:
+    @verb(Trigger)
+    def trigger(self, call: Trigger) -> str:
         """Start an Upstash Workflow run at ``url`` as a workflow client would; returns its
         run id. The run exists at once (``qstash.runs``); its first delivery is due now.
 
@@ -713,20 +705,10 @@ class FakeQStash:
         ``failure_function`` answers), for the first delivery only: a ``serve()`` with a
         failure function sends its own with every step. ``failure_url=False`` sets none.
         """
-        return self.store.trigger_run(
-            url,
-            body,
-            headers,
-            run_id=run_id,
-            retries=retries,
-            failure_url=failure_url,
-            label=label,
-            cause=self._dispatcher.cause,
-        )
+        return self.store.trigger_run(call, cause=self._dispatcher.cause)
 
-    def notify(
-        self, event_id: str, data: Any = None, *, run_id: str | None = None
-    ) -> list[dict[str, Any]]:
+    @verb(Notify)
+    def notify(self, call: Notify) -> list[dict[str, Any]]:
         """What ``POST /v2/notify/{event_id}`` does: every run waiting for the event (a
         TypeScript SDK ``context.waitForEvent``) resumes with ``data`` as the event's data;
         the event is lost when none waits. With ``run_id``, what ``POST
@@ -737,6 +719,7 @@ class FakeQStash:
         (``NotifyResponse``), one per run reached; the resumed steps are due now (``tick()``
         delivers them). ``ValueError`` for an empty id, or a ``run_id`` that names no run in
         progress."""
+        event_id, data, run_id = call.event_id, call.data, call.run_id
         for name, value in (("event id", event_id), ("run id", run_id)):
             if value is not None and (not isinstance(value, str) or not value):
                 raise ValueError(f"invalid {name} {value!r}: expected a non-empty string")

@@ -15,6 +15,7 @@ Which requests are QStash's, both routers ask ``hosts``. httpx2 clients are serv
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 
 import httpx
@@ -33,8 +34,7 @@ class QStashRouter(respx.MockRouter):
         using: str = "httpx",
     ) -> None:
         super().__init__(assert_all_called=False, assert_all_mocked=True, using=using)
-        self._api = api
-        self.api_bases = hosts.parse_bases(extra_urls)
+        self.bind(api, extra_urls)
 
     # respx snapshots a router's routes and calls on start and rolls them back on stop, with
     # a new mock-backed list each time (about 60 us, on every test). This router has no
@@ -44,6 +44,14 @@ class QStashRouter(respx.MockRouter):
 
     def rollback(self) -> None:
         pass
+
+    def bind(
+        self, api: Callable[[httpx.Request], httpx.Response], extra_urls: Iterable[str]
+    ) -> None:
+        """Answer ``api`` from now on, for QStash's hosts and ``extra_urls`` (a router
+        reused by another fake)."""
+        self._api = api
+        self.api_bases = hosts.parse_bases(extra_urls)
 
     def _prefix(self, request: httpx.Request) -> str | None:
         """The path prefix to take off a request to a QStash API, or None: not ours."""
@@ -102,6 +110,38 @@ class QStashRouter(respx.MockRouter):
             request=request,
             origin=None,  # type: ignore[arg-type]  # respx only reads it for its own routes
         )
+
+
+# -- fakes' routers, reused -----------------------------------------------------------------
+# A respx router is costly to build (its call list is a ``unittest.mock`` object, a class made
+# per instance: about half of what a fake cost a test), and holds nothing a test leaves behind
+# once stopped (``stop()`` clears its calls). So a stopped fake's router waits here for the
+# next fake to start, which rebinds it to its own API: one router per fake active at once,
+# built once per process (each xdist worker has its own).
+_idle: list[QStashRouter] = []
+_idle_lock = threading.Lock()
+_IDLE_KEPT = 8  # fakes nested this deep at most keep their routers; more are built afresh
+
+
+def lend_router(
+    api: Callable[[httpx.Request], httpx.Response], extra_urls: Iterable[str]
+) -> QStashRouter:
+    """A stopped router answering ``api`` from now on (a new one when none is idle)."""
+    with _idle_lock:
+        router = _idle.pop() if _idle else None
+    if router is None:
+        return QStashRouter(api, extra_urls)
+    router.bind(api, extra_urls)
+    return router
+
+
+def return_router(router: QStashRouter) -> None:
+    """``router``, stopped, is free for the next fake (it forgets the API it answered)."""
+    router.calls.clear()
+    router.bind(_never_called, ())
+    with _idle_lock:
+        if len(_idle) < _IDLE_KEPT and router not in _idle:
+            _idle.append(router)
 
 
 class NetworkGuard(QStashRouter):

@@ -33,6 +33,7 @@ _STEPS_KEY: pytest.StashKey[StepFailureLog] = pytest.StashKey()
 _REPORTED_KEY = pytest.StashKey[bool]()
 _CALL_FAILED_KEY = pytest.StashKey[bool]()
 _ROUTERS_KEY = pytest.StashKey[SessionRouters]()
+_INI_SETTINGS_KEY = pytest.StashKey[dict[str, Any]]()
 
 #: Marker keywords: each is the FakeQStash keyword argument of the same name (but
 #: strict_teardown, which the fixture itself checks).
@@ -217,22 +218,32 @@ def _bool_ini(config: pytest.Config, name: str, *, at_configure: bool = False) -
     pytest.fail(message, pytrace=False)
 
 
-def _settings(request: pytest.FixtureRequest) -> dict[str, Any]:
-    config = request.config
+def _ini_settings(config: pytest.Config) -> dict[str, Any]:
+    """The fake's settings from the ini options: read once per session (they cannot change
+    during it), at the first test using the fake; a bad value fails each such test."""
+    cached = config.stash.get(_INI_SETTINGS_KEY, None)
+    if cached is not None:
+        return cached
     settings: dict[str, Any] = {
         option: _bool_ini(config, name) for name, (option, _) in _BOOL_INI.items()
     }
     settings["time_library"] = config.getini("qstash_time_library") or "auto"
-    # Ids are seeded by the test's id: the same on every run of a test, yet different from
-    # one test to the next, as real message ids are (an app that remembers the message ids
-    # it processed, to be idempotent, must not see test 2's first id as test 1's).
-    settings["seed"] = request.node.nodeid
     if config.getini("qstash_start"):
         settings["start"] = config.getini("qstash_start")
     if config.getini("qstash_delivery_timeout"):
         settings["delivery_timeout"] = config.getini("qstash_delivery_timeout")
     if config.getini("qstash_plan"):
         settings["plan"] = config.getini("qstash_plan")
+    config.stash[_INI_SETTINGS_KEY] = settings
+    return settings
+
+
+def _settings(request: pytest.FixtureRequest) -> dict[str, Any]:
+    settings = dict(_ini_settings(request.config))
+    # Ids are seeded by the test's id: the same on every run of a test, yet different from
+    # one test to the next, as real message ids are (an app that remembers the message ids
+    # it processed, to be idempotent, must not see test 2's first id as test 1's).
+    settings["seed"] = request.node.nodeid
     # Nearest marker wins: test over class over module.
     for marker in reversed(list(request.node.iter_markers("qstash"))):
         if marker.args:

@@ -28,6 +28,7 @@ from pytest_qstash.state.scheduler import Scheduler
 from pytest_qstash.state.schedules import CronExpression
 from pytest_qstash.state.store import Store
 from pytest_qstash.state.url_groups import UrlGroup
+from pytest_qstash.state.verb_specs import Trigger
 from pytest_qstash.state.workflow_dlq import FailureFunctionNotRetryable, NotAWorkflowEntry
 from pytest_qstash.state.workflows import WorkflowRun
 
@@ -178,7 +179,7 @@ def test_a_dead_letter_retried_keeps_its_options_but_what_the_overrides_name() -
 
 def test_a_wait_ends_by_a_notify_or_by_its_timeout() -> None:
     store, scheduler = engine()
-    run_id = store.trigger_run("https://app.test/workflow", {"order": 1})
+    run_id = store.trigger_run(Trigger("https://app.test/workflow", {"order": 1}))
     run = store.workflows.get(run_id)
     assert run is not None
     step_opts = MessageOptions(
@@ -230,7 +231,7 @@ def test_the_daily_quota_refuses_a_whole_batch_and_resets_the_next_day() -> None
 
 def test_a_refused_step_ends_its_run() -> None:
     store, _ = engine()
-    run_id = store.trigger_run("https://app.test/workflow")
+    run_id = store.trigger_run(Trigger("https://app.test/workflow"))
     run = store.workflows.get(run_id)
     assert run is not None
     [init] = run.messages
@@ -355,7 +356,7 @@ def test_an_attempt_abandoned_after_its_message_was_cancelled_leaves_it_cancelle
 
 
 def _run(store: Store) -> WorkflowRun:
-    run = store.workflows.get(store.trigger_run("https://app.test/workflow"))
+    run = store.workflows.get(store.trigger_run(Trigger("https://app.test/workflow")))
     assert run is not None
     return run
 
@@ -389,7 +390,7 @@ def test_a_cancelled_run_cancels_what_it_still_owes() -> None:
 
 def test_a_run_failed_by_a_dead_letter_runs_again_when_it_is_retried() -> None:
     store, scheduler = engine()
-    run_id = store.trigger_run("https://app.test/workflow", retries=0, failure_url=False)
+    run_id = store.trigger_run(Trigger("https://app.test/workflow", retries=0, failure_url=False))
     run = store.workflows.get(run_id)
     assert run is not None
     _, entry = attempt(store, scheduler, 500)
@@ -404,7 +405,7 @@ def test_a_run_failed_by_a_dead_letter_runs_again_when_it_is_retried() -> None:
 
 def _failed_run(store: Store, scheduler: Scheduler) -> tuple[WorkflowRun, DlqEntry]:
     run_id = store.trigger_run(
-        "https://app.test/workflow", {"order": 1}, retries=0, failure_url=False
+        Trigger("https://app.test/workflow", {"order": 1}, retries=0, failure_url=False)
     )
     run = store.workflows.get(run_id)
     assert run is not None
@@ -416,7 +417,9 @@ def _failed_run(store: Store, scheduler: Scheduler) -> tuple[WorkflowRun, DlqEnt
 
 def test_a_run_is_triggered_through_the_store() -> None:
     store, scheduler = engine()
-    run_id = store.trigger_run("https://app.test/workflow", {"order": 1}, run_id="wfr_mine")
+    run_id = store.trigger_run(
+        Trigger("https://app.test/workflow", {"order": 1}, run_id="wfr_mine")
+    )
     run = store.workflows.get(run_id)
     assert run is not None
     assert (run_id, run.state) == ("wfr_mine", "RUN_STARTED")

@@ -319,3 +319,30 @@ def test_without_a_fake_an_unmocked_request_reaches_its_transport() -> None:
     with httpx.Client(transport=httpx.MockTransport(app)) as client:
         assert client.get(f"{OTHER}/users/1").text == "real transport"
     assert seen == [f"{OTHER}/users/1"]
+
+
+# -- routers reused from one fake to the next ---------------------------------------------------
+def test_a_reused_router_answers_only_its_new_fake() -> None:
+    # A stopped fake's router serves the next fake: it must carry nothing over (no calls, no
+    # API of the fake before), and fakes active at once each have their own.
+    client = QStash(token())
+    first = FakeQStash(seed="first")
+    with first:
+        client.message.publish(url=f"{APP}/one", body="to the first")
+        first_router = first.router
+        assert len(first_router.calls) == 1
+    second = FakeQStash(seed="second")
+    with second:
+        assert second.router is first_router  # built once, reused
+        assert len(second.router.calls) == 0
+        client.message.publish(url=f"{APP}/two", body="to the second")
+        with FakeQStash(seed="inner") as inner:
+            assert inner.router is not second.router
+            client.message.publish(url=f"{APP}/three", body="to the inner")
+        client.message.publish(url=f"{APP}/four", body="to the second again")
+
+    assert [m.body for m in first.messages] == ["to the first"]
+    assert [m.body for m in second.messages] == ["to the second", "to the second again"]
+    assert [m.body for m in inner.messages] == ["to the inner"]
+    assert not first.active
+    assert not second.active

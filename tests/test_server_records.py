@@ -7,7 +7,8 @@
   DLQ, a schedule, a queue, a URL group, flow control, a workflow run and its workflow DLQ
   entry, a waiter, API calls).
 - ``Client``'s lists hold the classes ``FakeQStash``'s hold; its verbs are the control API's
-  table (``verbs.VERBS``) with ``FakeQStash``'s Python signatures; the docs list every verb.
+  table (``verbs.VERBS``) with ``FakeQStash``'s Python signatures, those with parameters all
+  made from one dataclass each (``state.verb_specs``); the docs list every verb.
 - Through real SDK traffic against a ``serve`` process: a workflow run with a failure
   function, labels and flow control, read through ``Client``, equals the same run made
   in-process (``run.step(name)``, ``failure_function_state``, ``label``,
@@ -39,6 +40,7 @@ from qstash import QStash
 from pytest_qstash import FakeQStash
 from pytest_qstash.server import AppProcess, Client, ServerProcess, records
 from pytest_qstash.server.verbs import VERBS
+from pytest_qstash.state import verb_specs
 
 HERE = Path(__file__).parent
 API = "https://qstash.upstash.io"
@@ -332,6 +334,39 @@ def test_the_client_s_verbs_are_the_table_s(name: str) -> None:
     in_process = getattr(FakeQStash, name, None)
     if in_process is not None and name not in NOT_THE_FIXTURE_S:
         assert _parameters(in_process) == declared  # the fixture's verb: its Python signature
+
+
+@pytest.mark.parametrize("name", sorted(verb_specs.SPECS))
+def test_a_declared_verb_is_made_from_its_spec_alone(name: str) -> None:
+    spec = verb_specs.SPECS[name]
+    declared = [(f.name, f.default is dataclasses.MISSING) for f in dataclasses.fields(spec)]
+    assert [(arg.name, arg.required) for arg in VERBS[name].args] == declared
+    for made in (getattr(FakeQStash, name), getattr(Client, name)):
+        assert _parameters(made) == declared
+        assert inspect.getsource(made).count("def method(") == 1  # verb_specs.verb's, shared
+
+
+def test_a_field_added_to_a_spec_is_a_parameter_of_the_method_made_from_it() -> None:
+    # What adding a parameter to a verb is: a field, and nothing else.
+    trigger = verb_specs.Trigger
+    grown = dataclasses.make_dataclass(
+        "Grown",
+        [("delay", "str | None", dataclasses.field(default=None, kw_only=True))],
+        bases=(trigger,),
+        frozen=True,
+    )
+
+    class Fixture:
+        @verb_specs.verb(grown)
+        def trigger(self, call: Any) -> Any:
+            return verb_specs.values(call)
+
+    given = Fixture().trigger("https://app.test/w", label="a", delay="1m")  # type: ignore[call-arg]
+    assert given["delay"] == "1m"
+    assert given["label"] == "a"
+    assert ("delay", False) in _parameters(Fixture.trigger)
+    with pytest.raises(TypeError, match=r"Fixture.trigger\(\) got an unexpected keyword"):
+        Fixture().trigger("https://app.test/w", nope=1)  # type: ignore[call-arg]
 
 
 def test_the_docs_list_every_verb_and_list() -> None:

@@ -4,6 +4,28 @@ leaves the suite out). A new suite is a module here with that function, named be
 
 from __future__ import annotations
 
-from . import clock, data_dir, deliver, fixture, memory, scaling, server_mode, startup, workflows
+from . import (
+    clock,
+    data_dir,
+    deliver,
+    fixture,
+    memory,
+    peers,
+    scaling,
+    server_mode,
+    startup,
+    workflows,
+)
 
-SUITES = (deliver, fixture, clock, memory, workflows, server_mode, data_dir, scaling, startup)
+SUITES = (
+    deliver,
+    fixture,
+    peers,
+    clock,
+    memory,
+    workflows,
+    server_mode,
+    data_dir,
+    scaling,
+    startup,
+)

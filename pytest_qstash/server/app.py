@@ -34,7 +34,6 @@ import httpx
 from ..api import same_token
 from ..api._http import request_path
 from ..delivery.mounts import Redirect, check_redirect, merge_redirects, mount_url
-from ..durations import DRAIN_WITHIN
 from ..fake import FakeQStash
 from ..state.models import Delivery
 from ..state.plans import DEFAULT_PLAN, PLANS, plan_named
@@ -369,15 +368,15 @@ class QStashServerApp:
             "data_dir": self.persistence.status(),
         }
 
-    async def move(self, action: str, args: dict[str, Any]) -> list[Delivery]:
-        """A clock move (``verbs.CLOCK_MOVES``) and the deliveries it made."""
+    async def move(self, action: str, start: verbs.ClockMove) -> list[Delivery]:
+        """A clock move (``verbs.CLOCK_MOVES``: the table says which fake method ``start``
+        calls) and the deliveries it made."""
         if action != "tick" and self.settings.clock == "real":
             raise ControlError(
                 409,
                 f"{action} moves a virtual clock; this server's clock follows the wall clock "
                 "(--clock real): start it with --clock virtual to move time yourself",
             )
-        made: list[Delivery]
         if self.settings.clock == "real":
             return await self._tick_real_clock()
         lock = self._require_lock()
@@ -385,15 +384,7 @@ class QStashServerApp:
             # Waiting would deadlock an app that asks for time from inside a delivery.
             raise ControlError(409, "another tick/advance/drain is running: they do not nest")
         async with lock:
-            if action == "tick":
-                made = await self.fake.atick()
-            elif action == "advance":
-                made = await self.fake.aadvance(_required(args, "by"))
-            elif action == "advance_to":
-                made = await self.fake.aadvance_to(_required(args, "to"))
-            else:
-                made = await self.fake.adrain(args.get("within") or DRAIN_WITHIN)
-        return made
+            return await start(self.fake)
 
     async def _tick_real_clock(self) -> list[Delivery]:
         """A tick on the real clock: start what is due now and wait for those attempts (each
@@ -441,12 +432,6 @@ class QStashServerApp:
             self.startup()
         assert self._lock is not None
         return self._lock
-
-
-def _required(body: dict[str, Any], name: str) -> Any:
-    if name not in body:
-        raise ControlError(400, f"missing {name!r} in the JSON body")
-    return body[name]
 
 
 def _json_body(request: httpx.Request) -> dict[str, Any]:

@@ -5,7 +5,9 @@ It speaks plain HTTP through the standard library (``urllib``), so a test's own 
 fixture's: ``tick()``, ``advance("10m")``, ``drain()``, ``messages``, ``deliveries``, ... with
 ``filter``/``one``; items are the in-process models themselves (``Message``, ``WorkflowRun``,
 ...), read back from the server's JSON (``records``). The verbs are those the control API
-declares (``verbs.VERBS``); each method here is a typed door onto one of them.
+declares (``verbs.VERBS``); each method here is a typed door onto one of them. A verb with
+parameters declared in ``state.verb_specs`` (``trigger``, ``notify``, ...) takes the very
+parameters the fixture's method does, made from the same dataclass (``verb``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from ..durations import DRAIN_WITHIN, Duration
 from ..errors import QStashFakeError
@@ -27,6 +29,7 @@ from ..state.models import ApiCall, Delivery, DlqEntry, Event, Message, Waiter
 from ..state.queues import Queue
 from ..state.schedules import Schedule
 from ..state.url_groups import UrlGroup
+from ..state.verb_specs import ContinueRun, FailNext, Notify, Trigger, values, verb
 from ..state.workflow_dlq import WorkflowDlqEntry
 from ..state.workflows import WorkflowRun
 from . import records
@@ -226,23 +229,17 @@ class Client:
         or a message not DELIVERED."""
         return records.MESSAGE.read(self._verb("redeliver", message_id=message_id))
 
-    def resume_run(
-        self, dlq_id: str, *, retries: int | None = None, headers: dict[str, str] | None = None
-    ) -> WorkflowRun:
+    @verb(ContinueRun)
+    def resume_run(self, call: ContinueRun) -> WorkflowRun:
         """A failed workflow run resumed from its workflow DLQ entry, as
         ``FakeQStash.resume_run``: a new run going on from the step that failed."""
-        return records.RUN.read(
-            self._verb("resume_run", dlq_id=dlq_id, retries=retries, headers=headers)
-        )
+        return records.RUN.read(self._send("resume_run", call))
 
-    def restart_run(
-        self, dlq_id: str, *, retries: int | None = None, headers: dict[str, str] | None = None
-    ) -> WorkflowRun:
+    @verb(ContinueRun)
+    def restart_run(self, call: ContinueRun) -> WorkflowRun:
         """A failed workflow run started again from the beginning, as
         ``FakeQStash.restart_run``."""
-        return records.RUN.read(
-            self._verb("restart_run", dlq_id=dlq_id, retries=retries, headers=headers)
-        )
+        return records.RUN.read(self._send("restart_run", call))
 
     def retry_failure_function(self, dlq_id: str) -> WorkflowRun:
         """The failed run's failure function called again, as
@@ -279,58 +276,33 @@ class Client:
         text = self._verb("report", since=since)["text"]
         return None if text is None else str(text)
 
-    def fail_next(
-        self,
-        endpoint: str = "publish",
-        *,
-        status: int | None = None,
-        kind: str | None = None,
-        times: int = 1,
-    ) -> dict[str, Any]:
+    @verb(FailNext)
+    def fail_next(self, call: FailNext) -> dict[str, Any]:
         """Make the next ``times`` API calls matching ``endpoint`` fail, as
         ``FakeQStash.fail_next`` does (``kind``: error, burst, daily, network)."""
-        result: dict[str, Any] = self._verb(
-            "fail_next", endpoint=endpoint, status=status, kind=kind, times=times
-        )
+        result: dict[str, Any] = self._send("fail_next", call)
         return result
 
     def clear_faults(self) -> None:
         self._verb("clear_faults")
 
-    def trigger(
-        self,
-        url: str,
-        body: Any = None,
-        headers: dict[str, str] | None = None,
-        *,
-        run_id: str | None = None,
-        retries: int | None = None,
-        failure_url: str | Literal[False] | None = None,
-        label: str | None = None,
-    ) -> str:
+    @verb(Trigger)
+    def trigger(self, call: Trigger) -> str:
         """Start an Upstash Workflow run at ``url``; returns its run id. The arguments are
         ``FakeQStash.trigger``'s."""
-        answer = self._verb(
-            "trigger",
-            url=url,
-            body=body,
-            headers=headers,
-            run_id=run_id,
-            retries=retries,
-            failure_url=failure_url,
-            label=label,
-        )
-        return str(answer["run_id"])
+        return str(self._send("trigger", call)["run_id"])
 
-    def notify(
-        self, event_id: str, data: Any = None, *, run_id: str | None = None
-    ) -> list[dict[str, Any]]:
+    @verb(Notify)
+    def notify(self, call: Notify) -> list[dict[str, Any]]:
         """Notify an event's waiters, or one run's (``run_id``), as ``FakeQStash.notify``;
         returns the ``NotifyResponse`` answers."""
-        answer: list[dict[str, Any]] = self._verb(
-            "notify", event_id=event_id, data=data, run_id=run_id
-        )
+        answer: list[dict[str, Any]] = self._send("notify", call)
         return answer
+
+    def _send(self, name: str, call: Any) -> Any:
+        """Call the control verb ``name`` with a spec's values (``state.verb_specs``)."""
+        __tracebackhide__ = True
+        return self._verb(name, **values(call))
 
     def _verb(self, name: str, **args: Any) -> Any:
         """Call the control verb ``name`` (``verbs.VERBS``) with these arguments, named by

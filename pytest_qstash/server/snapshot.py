@@ -27,6 +27,10 @@ from . import fastjson
 NAME = "snapshot.sqlite"
 
 
+#: What to do with a snapshot that cannot be read.
+_START_EMPTY = "delete it to start empty, or use another --data-dir"
+
+
 class SnapshotError(Exception):
     """A snapshot that cannot be read: the message says why and what to do."""
 
@@ -154,7 +158,7 @@ def _read(db: sqlite3.Connection, path: Path, version: str) -> Snapshot:
         if not set(map(type, cells)) <= {str}:
             raise SnapshotError(f"{unreadable}: {table} holds cells that are not JSON")
         # One parse per table, not per row: most of a restart is reading these.
-        parsed = _json("[" + ",".join(cells) + "]", table)
+        parsed = _json("[" + ",".join(cells) + "]", f"{unreadable} ({table})")
         if len(parsed) != len(rows):
             raise SnapshotError(f"{unreadable}: {table} holds cells that are not JSON")
         kinds[table] = dict(zip(ids, parsed, strict=True))
@@ -178,11 +182,11 @@ def _read(db: sqlite3.Connection, path: Path, version: str) -> Snapshot:
 
 def _json(value: Any, where: str) -> Any:
     if not isinstance(value, str):
-        raise SnapshotError(f"{where}: not JSON text")
+        raise SnapshotError(f"{where}: not JSON text; {_START_EMPTY}")
     try:
         return fastjson.loads(value)
-    except (ValueError, RecursionError):
-        raise SnapshotError(f"{where}: not JSON") from None
+    except (ValueError, RecursionError):  # a file cut short, say
+        raise SnapshotError(f"{where}: not JSON; {_START_EMPTY}") from None
 
 
 def create_private_file(path: Path) -> None:

@@ -1,12 +1,15 @@
-"""The fixture's verbs over HTTP, declared once.
+"""The fixture's verbs over HTTP.
 
 Each ``Verb`` is a control endpoint (``POST /_qstash/<name>``, ``GET`` for the read-only
 ones; the outbound mounts are three verbs on one route, ``/_qstash/mounts``): its arguments
 (the JSON body's keys, and the ``Client`` method's parameters) and what it does on the
-server's fake. The control API's routes are this table (``QStashServerApp.act``),
-``Client``'s methods send what it declares (``Client._verb`` refuses a name it does not
-have), and the dashboard's buttons post the verbs marked ``dashboard``. The inspection lists
-are the other half of the control API: ``records.MODELS``.
+server's fake. A verb the fixture has with parameters (``trigger``, ``notify``, ...) is
+declared once, by its dataclass in ``state.verb_specs``: the fixture's method, ``Client``'s,
+its arguments here and its handler (the fixture's method, called with them) all come from
+it. The control API's routes are this table (``QStashServerApp.act``), ``Client``'s methods
+send what it declares (``Client._verb`` refuses a name it does not have), the dashboard's
+buttons post the verbs marked ``dashboard``, and the clock moves are dispatched here alone.
+The inspection lists are the other half of the control API: ``records.MODELS``.
 
 The handlers run on the server's event loop with what ``Host`` offers; this module imports
 nothing of the app.
@@ -19,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..durations import DRAIN_WITHIN
+from ..state.verb_specs import SPECS, fields
 from . import records, reports
 
 if TYPE_CHECKING:  # for the annotations only: Client reads this table without the engine
@@ -35,7 +39,7 @@ class Host(Protocol):
 
     def state(self) -> dict[str, Any]: ...
 
-    async def move(self, action: str, args: dict[str, Any]) -> list[Delivery]: ...
+    async def move(self, action: str, start: ClockMove) -> list[Delivery]: ...
 
     async def reset(self, args: dict[str, Any]) -> None: ...
 
@@ -70,6 +74,8 @@ class Arg:
 
 
 Handler = Callable[[Host, dict[str, Any]], Awaitable[Any]]
+#: A clock move on the fake, its arguments given: what ``Host.move`` runs under its lock.
+ClockMove = Callable[["FakeQStash"], Awaitable[list["Delivery"]]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,23 +116,40 @@ async def _mark(host: Host, args: dict[str, Any]) -> Any:
     return reports.Mark.of(host.fake.store, host.resets).json()
 
 
-def _mover(action: str) -> Handler:
+def _mover(action: str, start: Callable[[FakeQStash, dict[str, Any]], Awaitable[Any]]) -> Handler:
     async def move(host: Host, args: dict[str, Any]) -> Any:
-        made = await host.move(action, args)
+        made = await host.move(action, lambda fake: start(fake, args))
         return {"deliveries": [records.DELIVERY.render(d) for d in made], **host.state()}
 
     return move
 
 
-async def _reset(host: Host, args: dict[str, Any]) -> Any:
-    await host.reset(args)
-    return host.state()
+async def _drain(fake: FakeQStash, args: dict[str, Any]) -> Any:
+    within = args["within"]
+    return await (fake.adrain() if within is None else fake.adrain(within))
 
 
-async def _fail_next(host: Host, args: dict[str, Any]) -> Any:
-    fault = host.fake.fail_next(
-        args["endpoint"], status=args["status"], kind=args["kind"], times=args["times"]
+def _calling(name: str, render: Callable[[Any], Any]) -> Handler:
+    """The fixture's method ``name`` called with the body's arguments (by their names: the
+    fields of the verb's spec), its answer rendered as JSON."""
+
+    async def call(host: Host, args: dict[str, Any]) -> Any:
+        made = getattr(host.fake, name)(**args)
+        host.wake_up()
+        return render(made)
+
+    return call
+
+
+def _declared(name: str) -> tuple[Arg, ...]:
+    """The arguments of a verb declared in ``state.verb_specs``: its spec's fields."""
+    return tuple(
+        Arg(field, required=required, default=default)
+        for field, required, default in fields(SPECS[name])
     )
+
+
+def _fault(fault: Any) -> dict[str, Any]:
     return {
         "endpoint": fault.endpoint,
         "kind": fault.kind,
@@ -135,33 +158,14 @@ async def _fail_next(host: Host, args: dict[str, Any]) -> Any:
     }
 
 
+async def _reset(host: Host, args: dict[str, Any]) -> Any:
+    await host.reset(args)
+    return host.state()
+
+
 async def _clear_faults(host: Host, args: dict[str, Any]) -> Any:
     host.fake.clear_faults()
     return {}
-
-
-async def _redeliver(host: Host, args: dict[str, Any]) -> Any:
-    message = host.fake.redeliver(args["message_id"])
-    host.wake_up()
-    return records.MESSAGE.render(message)
-
-
-def _continuer(name: str) -> Handler:
-    async def go_on(host: Host, args: dict[str, Any]) -> Any:
-        if name == "retry_failure_function":
-            run = host.fake.retry_failure_function(args["dlq_id"])
-        elif name == "resume_run":
-            run = host.fake.resume_run(
-                args["dlq_id"], retries=args["retries"], headers=args["headers"]
-            )
-        else:
-            run = host.fake.restart_run(
-                args["dlq_id"], retries=args["retries"], headers=args["headers"]
-            )
-        host.wake_up()
-        return records.RUN.render(run)
-
-    return go_on
 
 
 async def _mounts(host: Host, args: dict[str, Any]) -> Any:
@@ -183,54 +187,39 @@ async def _report(host: Host, args: dict[str, Any]) -> Any:
     return {"text": reports.since(host.fake.store, since, host.resets)}
 
 
-async def _trigger(host: Host, args: dict[str, Any]) -> Any:
-    run_id = host.fake.trigger(
-        args["url"],
-        args["body"],
-        args["headers"],
-        run_id=args["run_id"],
-        retries=args["retries"],
-        failure_url=args["failure_url"],
-        label=args["label"],
-    )
-    host.wake_up()
-    return {"run_id": run_id}
-
-
-async def _notify(host: Host, args: dict[str, Any]) -> Any:
-    answers = host.fake.notify(args["event_id"], args["data"], run_id=args["run_id"])
-    host.wake_up()
-    return answers
-
-
-_DLQ_ID = Arg("dlq_id", required=True)
-_CONTINUE = (_DLQ_ID, Arg("retries"), Arg("headers"))
+_RUN = records.RUN.render
 
 VERBS: dict[str, Verb] = {
     verb.name: verb
     for verb in (
         Verb("state", (), "the clock, its mode, the next due moment and the plan", _state, "GET"),
         Verb("mark", (), "where the server's histories stand now, for report", _mark, "GET"),
-        Verb("tick", (), "delivers everything due now", _mover("tick"), dashboard=True),
+        Verb(
+            "tick",
+            (),
+            "delivers everything due now",
+            _mover("tick", lambda fake, args: fake.atick()),
+            dashboard=True,
+        ),
         Verb(
             "advance",
             (Arg("by", required=True, param="duration"),),
             "moves the clock, delivering each message at its own time",
-            _mover("advance"),
+            _mover("advance", lambda fake, args: fake.aadvance(args["by"])),
             dashboard=True,
         ),
         Verb(
             "advance_to",
             (Arg("to", required=True, param="moment"),),
             "the same, up to a moment",
-            _mover("advance_to"),
+            _mover("advance_to", lambda fake, args: fake.aadvance_to(args["to"])),
             dashboard=True,
         ),
         Verb(
             "drain",
             (Arg("within", default=DRAIN_WITHIN),),
             "delivers everything pending; the clock stops at the last delivery",
-            _mover("drain"),
+            _mover("drain", _drain),
         ),
         Verb(
             "reset",
@@ -240,40 +229,35 @@ VERBS: dict[str, Verb] = {
         ),
         Verb(
             "fail_next",
-            (
-                Arg("endpoint", default="publish"),
-                Arg("status"),
-                Arg("kind"),
-                Arg("times", default=1),
-            ),
+            _declared("fail_next"),
             "makes the next API calls matching endpoint fail",
-            _fail_next,
+            _calling("fail_next", _fault),
         ),
         Verb("clear_faults", (), "disarms the faults not fired yet", _clear_faults),
         Verb(
             "redeliver",
             (Arg("message_id", required=True),),
             "delivers a DELIVERED message once more; answers the message",
-            _redeliver,
+            _calling("redeliver", records.MESSAGE.render),
             dashboard=True,
         ),
         Verb(
             "resume_run",
-            _CONTINUE,
+            _declared("resume_run"),
             "a failed run's new run from the step that failed; answers the run",
-            _continuer("resume_run"),
+            _calling("resume_run", _RUN),
         ),
         Verb(
             "restart_run",
-            _CONTINUE,
+            _declared("restart_run"),
             "a failed run's new run from the start; answers the run",
-            _continuer("restart_run"),
+            _calling("restart_run", _RUN),
         ),
         Verb(
             "retry_failure_function",
-            (_DLQ_ID,),
+            (Arg("dlq_id", required=True),),
             "calls a failed run's failure function again; answers the run",
-            _continuer("retry_failure_function"),
+            _calling("retry_failure_function", _RUN),
         ),
         Verb(
             "report",
@@ -283,23 +267,15 @@ VERBS: dict[str, Verb] = {
         ),
         Verb(
             "trigger",
-            (
-                Arg("url", required=True),
-                Arg("body"),
-                Arg("headers"),
-                Arg("run_id"),
-                Arg("retries"),
-                Arg("failure_url"),
-                Arg("label"),
-            ),
+            _declared("trigger"),
             "starts an Upstash Workflow run; answers its run id",
-            _trigger,
+            _calling("trigger", lambda run_id: {"run_id": run_id}),
         ),
         Verb(
             "notify",
-            (Arg("event_id", required=True), Arg("data"), Arg("run_id")),
+            _declared("notify"),
             "notifies the runs waiting for an event; answers the NotifyResponses",
-            _notify,
+            _calling("notify", lambda answers: answers),
         ),
         Verb("mounts", (), "the outbound mounts", _mounts, "GET"),
         Verb(

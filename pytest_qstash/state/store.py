@@ -48,6 +48,7 @@ from .retry import (
 )
 from .schedules import CronExpression, Schedule, Schedules
 from .url_groups import Endpoint, UnknownDestination, UrlGroup
+from .verb_specs import Trigger
 from .waiters import Waiters, new_waiter, resume_step
 from .workflows import WorkflowRun, WorkflowRuns
 
@@ -693,31 +694,10 @@ class Store:
         return workflow_dlq.cancel_failure_function(self, dlq_id)
 
     # -- triggered runs (their rules: trigger.py) -------------------------------------------
-    def trigger_run(
-        self,
-        url: str,
-        body: Any = None,
-        headers: Mapping[str, str] | None = None,
-        *,
-        run_id: str | None = None,
-        retries: int | None = None,
-        failure_url: str | Literal[False] | None = None,
-        label: str | None = None,
-        cause: Message | None = None,
-    ) -> str:
-        """Start a run at ``url`` as a workflow client does (``qstash.trigger``); returns its
-        run id. ``ValueError``/``TypeError`` for an argument that is not valid."""
-        return trigger.trigger_run(
-            self,
-            url,
-            body,
-            headers,
-            run_id=run_id,
-            retries=retries,
-            failure_url=failure_url,
-            label=label,
-            cause=cause,
-        )
+    def trigger_run(self, call: Trigger, *, cause: Message | None = None) -> str:
+        """Start a run as a workflow client does (``qstash.trigger``); returns its run id.
+        ``ValueError``/``TypeError`` for an argument that is not valid."""
+        return trigger.trigger_run(self, call, cause=cause)
 
     def start_run(
         self,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 
@@ -23,6 +23,7 @@ from .deliverable import (
 from .engine import Engine
 from .models import Message, MessageOptions
 from .options import InvalidOption, canonical
+from .verb_specs import Trigger
 from .workflows import WorkflowRun
 
 #: What the workflow SDKs send with every run message they publish.
@@ -30,18 +31,7 @@ FEATURE_SET = "LazyFetch,InitialBody,WF_DetectTrigger,WF_TriggerOnConfig"
 SDK_VERSION_HEADER = "Upstash-Workflow-Sdk-Version"
 
 
-def trigger_run(
-    store: Engine,
-    url: str,
-    body: Any = None,
-    headers: Mapping[str, str] | None = None,
-    *,
-    run_id: str | None = None,
-    retries: int | None = None,
-    failure_url: str | Literal[False] | None = None,
-    label: str | None = None,
-    cause: Message | None = None,
-) -> str:
+def trigger_run(store: Engine, call: Trigger, *, cause: Message | None = None) -> str:
     """Start a run at ``url`` as a workflow client does, under a run id chosen here.
 
     As the Upstash workflow client does, the init announces ``WF_TriggerOnConfig``: its
@@ -57,6 +47,8 @@ def trigger_run(
     version header the SDK would treat it as a new request and start a run of its own, under
     an id it mints.)
     """
+    url, body, headers, run_id = call.url, call.body, call.headers, call.run_id
+    retries, failure_url, label = call.retries, call.failure_url, call.label
     url = checked_url(url, "workflow url")  # ValueError saying what is wrong
     if headers is not None and (
         not isinstance(headers, Mapping) or not all(isinstance(n, str) for n in headers)
