@@ -88,7 +88,7 @@ class HandlerTimes:
         url = str(request.url)
         spec: HandlerDuration | None = None
         for position in range(len(self._rules) - 1, -1, -1):  # the newest rule wins
-            rule = self._rules[position]
+            rule: _Rule = self._rules[position]
             if rule.matches(url):
                 spec = rule.spec
                 if rule.times is not None:
