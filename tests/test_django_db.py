@@ -1,0 +1,88 @@
+"""Django with a database: deliveries inside the test's transaction, through the mounts the docs
+show (the WSGI and ASGI handlers themselves), with pytest-django.
+
+Django's settings are per process, and pytest-django sets Django up for its whole session: the
+checks in ``tests/django_db`` run in a pytest session of their own, once per database (a sqlite
+file, and Postgres where one is given) and ``ATOMIC_REQUESTS`` setting. Postgres is the one at
+the DSN in ``PYTEST_QSTASH_POSTGRES`` (``.ci/run`` starts a throwaway cluster and sets it); each
+session creates and drops a test database of its own name, so sessions can run side by side.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pytest_django")
+if importlib.util.find_spec("django_qstash") is None:  # importing it needs settings already
+    pytest.skip("django-qstash is not installed", allow_module_level=True)
+
+CHECKS = Path(__file__).parent / "django_db"
+POSTGRES = os.environ.get("PYTEST_QSTASH_POSTGRES", "")
+needs_postgres = pytest.mark.skipif(
+    not POSTGRES,
+    reason="no Postgres: PYTEST_QSTASH_POSTGRES names none (.ci/run starts one and sets it)",
+)
+DATABASES = ["sqlite", pytest.param("postgres", marks=needs_postgres)]
+
+
+def run_checks(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    module: str,
+    database: str,
+    *,
+    atomic_requests: bool = False,
+) -> pytest.RunResult:
+    if database == "postgres":
+        pytest.importorskip("psycopg")
+    shutil.copytree(CHECKS, pytester.path, dirs_exist_ok=True)
+    pytester.makeini("[pytest]\nDJANGO_SETTINGS_MODULE = dbproject.settings\n")
+    monkeypatch.setenv("PYTHONPATH", str(pytester.path))
+    monkeypatch.setenv("DBPROJECT_DATABASE", database)
+    monkeypatch.setenv("DBPROJECT_ATOMIC_REQUESTS", "1" if atomic_requests else "0")
+    monkeypatch.setenv("DBPROJECT_DIR", str(pytester.path))
+    monkeypatch.setenv("DBPROJECT_RUN", uuid.uuid4().hex[:12])
+    # The outer run's options (workers, a random order) are not the inner one's.
+    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
+    monkeypatch.delenv("DJANGO_SETTINGS_MODULE", raising=False)
+    return pytester.runpytest_subprocess(
+        module,
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:random_order",
+        "-o",
+        "asyncio_default_fixture_loop_scope=function",
+    )
+
+
+@pytest.mark.parametrize("atomic_requests", [False, True], ids=["autocommit", "atomic-requests"])
+@pytest.mark.parametrize("database", DATABASES)
+def test_deliveries_inside_the_tests_transaction(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    database: str,
+    atomic_requests: bool,
+) -> None:
+    """WSGI and ASGI mounts; plain views and django-qstash tasks, sync and async; in
+    ``django_db``, ``django_db(transaction=True)``, ``transactional_db``, Django's ``TestCase``
+    and ``TransactionTestCase``; everything gone at the end."""
+    result = run_checks(
+        pytester, monkeypatch, "checks_in_process.py", database, atomic_requests=atomic_requests
+    )
+    result.assert_outcomes(passed=34)
+
+
+@pytest.mark.parametrize("database", DATABASES)
+def test_a_live_server_behind_the_qstash_server(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, database: str
+) -> None:
+    pytest.importorskip("uvicorn")
+    result = run_checks(pytester, monkeypatch, "checks_server.py", database)
+    result.assert_outcomes(passed=1)
