@@ -38,7 +38,6 @@ from pytest_qstash import FakeQStash
 
 # "django_project" or "tests.django_project", whichever way pytest imported this module.
 PROJECT = ".".join([*__name__.split(".")[:-1], "django_project"])
-_NAMED_HERE = "DJANGO_SETTINGS_MODULE" not in os.environ
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", f"{PROJECT}.settings")
 
 
@@ -58,10 +57,6 @@ def _setup_django_once() -> None:
 
 
 _setup_django_once()
-if _NAMED_HERE:
-    # Set up, Django needs it no more; the pytest sessions other tests start (pytest-django
-    # among their plugins) must not take this project for theirs.
-    del os.environ["DJANGO_SETTINGS_MODULE"]
 OUR_SETTINGS = f"{PROJECT}.settings"
 if settings.SETTINGS_MODULE != OUR_SETTINGS:
     # Django's settings are per process: this session set Django up for another project first
