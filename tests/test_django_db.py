@@ -86,3 +86,14 @@ def test_a_live_server_behind_the_qstash_server(
     pytest.importorskip("uvicorn")
     result = run_checks(pytester, monkeypatch, "checks_server.py", database)
     result.assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize("database", DATABASES)
+def test_the_celery_guide(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, database: str
+) -> None:
+    """docs/how-to/celery.md's samples: ``.delay()``, ``apply_async(countdown=, eta=)``,
+    retries (QStash's and ``self.retry``), a beat schedule in the project's time zone, the
+    result where django-qstash keeps it."""
+    result = run_checks(pytester, monkeypatch, "checks_celery.py", database)
+    result.assert_outcomes(passed=5)

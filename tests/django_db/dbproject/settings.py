@@ -15,17 +15,25 @@ SECRET_KEY = "pytest-qstash-django-db-tests-not-secret"
 DEBUG = False
 ALLOWED_HOSTS = ["django.test", "localhost", "127.0.0.1", "testserver"]
 ROOT_URLCONF = "dbproject.urls"
-INSTALLED_APPS = ["django_qstash", "django_qstash.results", "dbproject"]
+INSTALLED_APPS = [
+    "django_qstash",
+    "django_qstash.results",
+    "django_qstash.schedules",
+    "dbproject",
+    "invoices",
+]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# No CSRF middleware: csrf_exempt wraps async views only from Django 5.0, and these views are
+# webhooks (django-qstash's own is exempt).
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
 ]
 # live_server serves static files under it (it fails without one).
 STATIC_URL = "/static/"
 USE_TZ = True
-TIME_ZONE = "UTC"
+# Not UTC: schedules run on the project's local time (CRON_TZ), as on QStash.
+TIME_ZONE = "America/Chicago"
 LOGGING_CONFIG = None
 
 

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from django.db import connection, transaction
 from django.http import HttpRequest, JsonResponse
-from django.views.decorators.csrf import csrf_exempt
 
 from .models import Note
 
 
-@csrf_exempt
 def notes(request: HttpRequest) -> JsonResponse:
     seen = list(Note.objects.order_by("id").values_list("text", flat=True))
     Note.objects.create(text=f"written by {request.path}")
@@ -18,7 +16,6 @@ def notes(request: HttpRequest) -> JsonResponse:
 
 # Django refuses ATOMIC_REQUESTS for async views: they say so.
 @transaction.non_atomic_requests
-@csrf_exempt
 async def async_notes(request: HttpRequest) -> JsonResponse:
     seen = [note.text async for note in Note.objects.order_by("id")]
     await Note.objects.acreate(text=f"written by {request.path}")
