@@ -4,7 +4,10 @@ Django closes "old" database connections at the start and end of every request
 (``close_old_connections`` on ``request_started`` and ``request_finished``). A connection inside
 a test's transaction (pytest-django's ``django_db``, ``django.test.TestCase``) is one it closes:
 the delivery then fails, and so does the rest of the test. Django's test client disconnects
-that handler for the length of each request; a delivery into a Django handler does the same.
+that handler for the length of each request; a delivery into a Django handler from a sync test,
+made in the test's thread, does the same. (From an async test, Django's sync code runs in
+other threads, on connections of their own that are never the test's: those it closes as
+usual.)
 
 Django's ASGI handler runs sync code (sync views and middleware, the ORM under async views) on
 its thread-sensitive executor, a thread of its own, away from the test's connection and its

@@ -123,6 +123,9 @@ class Sender:
         if mount is None:
             return self._send_unmounted(request)
         try:
+            if mount.kind == "wsgi" and mount.django:
+                with connections_kept_open():  # the test's own, in this thread
+                    return _wsgi(mount, request)
             if mount.kind == "wsgi":
                 return _wsgi(mount, request)
             if mount.django and mount.kind == "asgi":
@@ -199,10 +202,11 @@ class Sender:
                 return await self._in_thread(_through_sync_client, mount, request)
             async with _settling_background_tasks():
                 if mount.django and mount.kind == "asgi":
-                    with connections_kept_open():
-                        return await self._bounded(
-                            _asgi(mount.app, "", request), request, idle_watch=False
-                        )
+                    # Django's sync code runs in threads of its own, on their connections
+                    # (never the test's), which it closes as usual; off the watch's sight.
+                    return await self._bounded(
+                        _asgi(mount.app, "", request), request, idle_watch=False
+                    )
                 if mount.kind == "asgi":
                     return await self._bounded(_asgi(mount.app, "", request), request)
                 if mount.client == "starlette":
@@ -498,10 +502,9 @@ def _wsgi(mount: Mount, request: httpx.Request) -> Outcome:
     __tracebackhide__ = True
     app, request = _latin1_environ(mount.app, request)
     transport = httpx.WSGITransport(app=app, raise_app_exceptions=True)
-    # The whole exchange, up to the body's close (where Django's request ends).
-    with connections_kept_open() if mount.django else contextlib.nullcontext():
-        response = transport.handle_request(request)
-        return Outcome(response.status_code, response.headers, response.read())
+    response = transport.handle_request(request)
+    # Read whole, and closed: where a Django request ends (request_finished).
+    return Outcome(response.status_code, response.headers, response.read())
 
 
 def _latin1_environ(app: Any, request: httpx.Request) -> tuple[Any, httpx.Request]:

@@ -13,11 +13,12 @@ import os
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from dbproject import tasks
 from dbproject.asgi import application as asgi_application
 from dbproject.models import Note
 from dbproject.wsgi import application as wsgi_application
-from django.db import connection
+from django.db import connection, connections
 from django.test import TestCase, TransactionTestCase
 from django_qstash.results.models import TaskResult
 from qstash import QStash
@@ -121,3 +122,28 @@ def test_everything_written_is_gone_at_the_end(django_db_blocker: Any) -> None:
         assert Note.objects.count() == 0
         assert TaskResult.objects.count() == 0
         assert connection.is_usable()
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("app", sorted(APPS))
+async def test_an_async_test_with_a_transactional_database(qstash: FakeQStash, app: str) -> None:
+    """An async test's ORM calls and its deliveries use other threads' connections: with
+    ``transaction=True`` each side sees what the other committed."""
+    from qstash import AsyncQStash
+
+    qstash.mount(BASE, APPS[app])
+    await Note.objects.acreate(text="written by the test")
+    await AsyncQStash(os.environ["QSTASH_TOKEN"]).message.publish_json(
+        url=f"{BASE}/notes/", body={}
+    )
+
+    [delivery] = await qstash.atick()
+
+    assert delivery.status == 200, delivery.response_body
+    assert json.loads(delivery.response_body)["seen"] == ["written by the test"]
+    texts = [note.text async for note in Note.objects.order_by("id")]
+    assert texts == ["written by the test", "written by /notes/"]
+    # The connection the ORM opened for this test's own calls, on asgiref's thread: closed,
+    # or Postgres cannot drop the test database at the end.
+    await sync_to_async(connections.close_all)()

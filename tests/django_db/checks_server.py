@@ -16,6 +16,8 @@ from qstash import QStash
 from pytest_qstash.server.process import ServerProcess
 
 
+# docs/how-to/django.md shows the test below.
+# --8<-- [start:docs]
 def test_a_served_app_sees_the_tests_rows(live_server: Any, qstash_server: ServerProcess) -> None:
     qstash_server.reset()
     Note.objects.create(text="written by the test")
@@ -28,3 +30,6 @@ def test_a_served_app_sees_the_tests_rows(live_server: Any, qstash_server: Serve
     assert json.loads(delivery.response_body)["seen"] == ["written by the test"]
     texts = list(Note.objects.order_by("id").values_list("text", flat=True))
     assert texts == ["written by the test", "written by /notes/"]
+
+
+# --8<-- [end:docs]
