@@ -4,7 +4,8 @@ async code.
 Sync tests drive ASGI apps on an event loop of the fake's own, run in the test's thread (no
 thread hop per delivery) and kept for the fake's lifetime; apps mounted with a lifespan run
 there in async tests too (from a worker thread), next to their lifespan, a task of that loop.
-Async tests drive the others on the test's own loop. A mounted Starlette ``TestClient`` inside
+Async tests drive the others on the test's own loop. Django's handlers get deliveries as its
+test client makes requests (``django_apps``). A mounted Starlette ``TestClient`` inside
 its ``with`` block gets its deliveries on its own portal's loop, next to the lifespan it runs.
 URLs no app is mounted for go through httpx, so a user's respx routes or pytest-httpx can
 answer them; the network is only used for loopback hosts.
