@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from .state.models import Delivery, Message, ms_to_datetime
 from .state.store import Store, is_non_retryable
-from .state.workflows import STEP, WorkflowRun
+from .state.workflows import STEP, TO_CALLBACK, WorkflowRun
 from .step_failures import FailedStep
 
 _T = TypeVar("_T")
@@ -103,6 +103,7 @@ def timeline(
             )
         lines.extend(_waiting_lines(store, run, fixture))
 
+    lines.extend(_refused_call_lines(store))
     hint = _signature_hint(store, fixture)
     if hint:
         lines.append(hint)
@@ -250,7 +251,12 @@ def _run_position(store: Store, message: Message) -> str | None:
         return None
     run = found[0]
     if run.messages and run.messages[0] is message:
-        return f"run {run.run_id}: start"
+        begun_by = next(
+            (m.message_id for m in store.messages.values() if m.started_run_id == run.run_id),
+            None,
+        )
+        by = f", begun by {begun_by}" if begun_by else ""
+        return f"run {run.run_id}: start{by}"
     carried = next((step for step in run.steps if step.message is message), None)
     if carried is None:
         return None
@@ -268,6 +274,8 @@ def _message_lines(
     position = _run_position(store, message)
     if position:
         extras.append(position)
+    if message.started_run_id:
+        extras.append(f"began workflow run {message.started_run_id}")
     if message.queue:
         extras.append(f"queue={message.queue}")
     if message.url_group:
@@ -349,9 +357,40 @@ def _rejected_lines(store: Store) -> list[str]:
     return lines
 
 
+def _third_party_call(store: Store, message: Message) -> WorkflowRun | None:
+    """The run whose ``context.call`` this message is (a request to a third party, not to
+    the app), or None."""
+    if message.workflow_run_id is None:
+        return None
+    found = store.workflows.membership(message.message_id)
+    return found[0] if found is not None and found[1] == TO_CALLBACK else None
+
+
+def _refused_call_lines(store: Store) -> list[str]:
+    """A workflow's ``context.call`` the third party refused (an API key it does not take,
+    say): the URL, the status and the first line of its answer."""
+    lines = []
+    for message in store.messages.values():
+        refused = [d for d in message.deliveries if d.status in _REFUSED_STATUSES]
+        run = _third_party_call(store, message) if refused else None
+        if run is None:
+            continue
+        last = refused[-1]
+        first_line = next(iter(last.response_body.splitlines()), "")
+        lines.append(
+            f"a context.call of workflow run {run.run_id} was refused by the third party: "
+            f"{message.method} {message.url} -> {last.status} {_short(first_line, 160)}"
+        )
+    return lines
+
+
 def _signature_hint(store: Store, fixture: str) -> str | None:
+    """Only deliveries to the app's own endpoints count: a third party refusing a
+    workflow's ``context.call`` says nothing of the app's signature check."""
     refused = signature_error = False
     for message in store.messages.values():
+        if _third_party_call(store, message) is not None:
+            continue
         for delivery in message.deliveries:
             refused = refused or delivery.status in _REFUSED_STATUSES
             signature_error = (

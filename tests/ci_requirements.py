@@ -4,8 +4,9 @@ Two kinds of missing things, decided here and nowhere else:
 
 - **Environment requirements** (``REQUIRED``): tools and documents ``.ci/run`` installs or CI
   lays beside the checkout -- chromium and its chromedriver, Node with npm's registry, Upstash's
-  OpenAPI documents. On a developer's machine a test that lacks one skips, naming it; in CI
-  (``CI=true``) the same test fails, naming it, so a run cannot go green by skipping.
+  OpenAPI documents, a Postgres cluster. On a developer's machine a test that lacks one skips,
+  naming it; in CI (``CI=true``) the same test fails, naming it, so a run cannot go green by
+  skipping.
 - **By-design skips** (``BY_DESIGN``): a platform or a Python version where the thing tested
   does not exist, a port someone else holds, a parameter that is not a case. These skip
   everywhere, CI included. Every ``pytest.skip`` and ``skipif`` in tests/ uses one of them
@@ -54,7 +55,12 @@ OPENAPI_DOCUMENTS = Requirement(
     "Upstash's OpenAPI documents",
     "shared/spec/upstash-openapi/{qstash,workflow}.yaml beside the checkout",
 )
-REQUIRED = (CHROMIUM, NODE, OPENAPI_DOCUMENTS)
+POSTGRES = Requirement(
+    "a Postgres cluster for the Django database tests",
+    "apt-get install postgresql; .ci/run starts a throwaway cluster and sets "
+    "PYTEST_QSTASH_POSTGRES to its DSN",
+)
+REQUIRED = (CHROMIUM, NODE, OPENAPI_DOCUMENTS, POSTGRES)
 
 #: The reason a missing requirement's skip starts with (and its failure in CI).
 MISSING = "missing"

@@ -45,3 +45,12 @@ def shop(qstash: FakeQStash) -> WebApp:
     app = make_app()
     qstash.mount(BASE, app.app)
     return app
+
+
+@pytest.fixture(autouse=True)
+def _no_django_settings_for_inner_sessions(request: pytest.FixtureRequest) -> None:
+    """tests/test_django.py names its Django project in the environment (django-qstash finds
+    its tasks there): a pytest session a test starts, pytest-django among its plugins, must
+    not take that project for its own."""
+    if "pytester" in request.fixturenames and "DJANGO_SETTINGS_MODULE" in os.environ:
+        request.getfixturevalue("monkeypatch").delenv("DJANGO_SETTINGS_MODULE")

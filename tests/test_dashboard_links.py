@@ -55,3 +55,20 @@ def test_a_waiting_run_links_its_wait_and_its_messages(qstash: FakeQStash) -> No
     first = dashboard_links.links(qstash, "messages", qstash.messages[0])
     assert first["run"] == run_id
     assert first["log"][0]["state"] == "CREATED"
+
+
+def test_a_publish_that_began_a_run_and_the_run_link_each_other(qstash: FakeQStash) -> None:
+    from qstash import QStash
+    from workflow_apps import Journal, flask_workflow_app
+
+    qstash.mount("https://flask.test", flask_workflow_app(Journal()))
+    published = QStash(qstash.token).message.publish_json(
+        url="https://flask.test/order", body={"order": 7, "sku": "A-1", "qty": 1, "ship_at": 0}
+    )
+    qstash.tick()
+
+    [run] = qstash.runs
+    publish = qstash.messages.one(message_id=published.message_id)
+    assert dashboard_links.links(qstash, "messages", publish)["started_run"] == run.run_id
+    assert dashboard_links.links(qstash, "runs", run)["started_by"] == publish.message_id
+    assert publish.message_id not in dashboard_links.links(qstash, "runs", run)["messages"]

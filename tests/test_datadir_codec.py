@@ -22,7 +22,7 @@ from pytest_qstash.state.store import Store
 
 #: The fingerprint of the saved classes' fields, per schema. A change of fields without a new
 #: SCHEMA fails ``test_the_saved_fields_are_those_of_the_schema``.
-FINGERPRINTS = {2: "886dbadfbd4f7571"}
+FINGERPRINTS = {2: "886dbadfbd4f7571", 3: "95dfc94cfe16b8f2"}
 
 
 class App:
@@ -269,3 +269,9 @@ def test_a_restored_retention_goes_on_forgetting(qstash: FakeQStash, client: QSt
     assert sorted(store.messages) == sorted(qstash.store.messages)
     assert ids["dead"] not in store.messages
     assert len(store.events) == len(qstash.store.events)
+
+
+def test_schema_2_messages_are_migrated_to_say_they_began_no_run() -> None:
+    document: dict[str, Any] = {"kinds": {"messages": {"1": {"message_id": "msg_1"}}}}
+    codec.migrate(document, 2)
+    assert document["kinds"]["messages"]["1"] == {"message_id": "msg_1", "started_run_id": None}

@@ -854,3 +854,18 @@ def test_a_real_server_is_waited_for_no_longer_than_the_delivery_timeout(
     assert delivery.status is None
     assert delivery.error is not None
     assert "context deadline exceeded" in delivery.error
+
+
+def test_telling_a_django_handler_apart_imports_no_django() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from starlette.applications import Starlette\n"
+        "from pytest_qstash.delivery.mounts import MountTable\n"
+        "mount = MountTable().add('https://a.test', Starlette())\n"
+        "assert (mount.kind, mount.django) == ('asgi', False)\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] == 'django'], 'django imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -626,3 +626,105 @@ def test_checkout(qstash):
             "  3 attempt(s) of msg_* (retried=2/2), its DLQ entry * since deleted:",
         ]
     )
+
+
+# -- whose refusal a hint speaks of; which run a publish began ---------------------------------
+def _openai_workflow() -> Any:
+    """A workflow whose ``context.call`` reaches a third party (an OpenAI-like API that
+    refuses the key with 401), and that third party."""
+    from fastapi import FastAPI
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+    from upstash_workflow import AsyncWorkflowContext
+    from upstash_workflow.fastapi import Serve
+
+    app = FastAPI()
+
+    @Serve(app).post("/summarize")
+    async def summarize(context: AsyncWorkflowContext[Any]) -> None:
+        reply = await context.call(
+            "ask", url="https://api.openai.test/v1/chat/completions", method="POST", body={}
+        )
+
+        async def keep() -> int:
+            return reply.status
+
+        await context.run("keep", keep)
+
+    @app.post("/private")
+    async def private() -> JSONResponse:  # the app's own refusal
+        return JSONResponse({"detail": "Not authenticated"}, 401)
+
+    async def refuse(request: Request) -> JSONResponse:
+        return JSONResponse({"error": {"message": "Incorrect API key provided"}}, 401)
+
+    openai = Starlette(routes=[Route("/v1/chat/completions", refuse, methods=["POST"])])
+    return app, openai
+
+
+def test_a_third_party_refusing_a_call_gets_its_own_line_and_no_signature_hint() -> None:
+    from pytest_qstash import FakeQStash
+    from pytest_qstash.report import section
+
+    app, openai = _openai_workflow()
+    with FakeQStash(seed=1) as qstash:
+        qstash.mount("https://app.test", app)
+        qstash.mount("https://api.openai.test", openai)
+        run_id = qstash.trigger("https://app.test/summarize", {})
+        qstash.drain()
+        text = section(qstash.store, len(qstash.deliveries))
+    assert qstash.runs[0].state == "RUN_SUCCESS"
+    assert [d.status for d in qstash.deliveries if "openai" in d.url] == [401]
+    assert text is not None
+    assert (
+        f"a context.call of workflow run {run_id} was refused by the third party: POST "
+        "https://api.openai.test/v1/chat/completions -> 401 "
+        """'{"error":{"message":"Incorrect API key provided"}}'"""
+    ) in text.splitlines()
+    assert "hint:" not in text  # the app's own endpoints refused nothing
+
+
+def test_the_apps_own_refusal_still_gets_the_hint_beside_a_refused_call() -> None:
+    from qstash import QStash
+
+    from pytest_qstash import FakeQStash
+    from pytest_qstash.report import section
+
+    app, openai = _openai_workflow()
+    with FakeQStash(seed=1) as qstash:
+        qstash.mount("https://app.test", app)
+        qstash.mount("https://api.openai.test", openai)
+        qstash.trigger("https://app.test/summarize", {})
+        QStash(os.environ["QSTASH_TOKEN"]).message.publish_json(url="https://app.test/private")
+        qstash.drain()
+        text = section(qstash.store, len(qstash.deliveries))
+    assert text is not None
+    assert "refused by the third party" in text
+    assert "hint: a delivery was refused (400/401/403)." in text
+
+
+def test_a_publish_to_a_workflow_route_says_which_run_it_began() -> None:
+    from qstash import QStash
+    from workflow_apps import Journal, flask_workflow_app
+
+    from pytest_qstash import FakeQStash
+    from pytest_qstash.report import section
+
+    with FakeQStash(seed=1) as qstash:
+        qstash.mount("https://flask.test", flask_workflow_app(Journal()))
+        published = QStash(os.environ["QSTASH_TOKEN"]).message.publish_json(
+            url="https://flask.test/order",
+            body={"order": 7, "sku": "A-1", "qty": 1, "ship_at": 0},
+        )
+        qstash.tick()
+        text = section(qstash.store, len(qstash.deliveries))
+    [run] = qstash.runs
+    publish, start = qstash.messages[:2]
+    assert publish.message_id == published.message_id
+    assert (publish.started_run_id, publish.workflow_run_id) == (run.run_id, None)
+    assert (start.workflow_run_id, start.started_run_id) == (run.run_id, None)
+    assert text is not None
+    assert f"[began workflow run {run.run_id}]" in text
+    assert f"[run {run.run_id}: start, begun by {publish.message_id}]" in text

@@ -8,7 +8,15 @@ import re
 from pathlib import Path
 
 import pytest
-from ci_requirements import BY_DESIGN, CHROMIUM, NODE, OPENAPI_DOCUMENTS, REQUIRED, is_by_design
+from ci_requirements import (
+    BY_DESIGN,
+    CHROMIUM,
+    NODE,
+    OPENAPI_DOCUMENTS,
+    POSTGRES,
+    REQUIRED,
+    is_by_design,
+)
 
 TESTS = Path(__file__).resolve().parent
 #: A skip taken in code: pytest.skip(...), pytest.importorskip(...), skipif(..., reason=...).
@@ -49,8 +57,9 @@ def test_the_requirements_ci_provides() -> None:
         "chromium and chromedriver",
         "Node, npm and npm's registry",
         "Upstash's OpenAPI documents",
+        "a Postgres cluster for the Django database tests",
     }
-    assert {CHROMIUM, NODE, OPENAPI_DOCUMENTS} == set(REQUIRED)
+    assert {CHROMIUM, NODE, OPENAPI_DOCUMENTS, POSTGRES} == set(REQUIRED)
     assert is_by_design(f"Skipped: {BY_DESIGN.tzset}")
     assert not is_by_design("Skipped: missing chromium and chromedriver: not on PATH")
 

@@ -14,6 +14,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from .django_apps import django_handler
+
 AppKind = Literal["asgi", "wsgi", "callable", "client"]
 _KINDS = ("asgi", "wsgi", "callable", "client")
 
@@ -36,6 +38,8 @@ class Mount:
     lifespan: bool = False
     #: For a "client" mount: which kind of test client it is.
     client: ClientFlavour | None = None
+    #: A Django handler (WSGI or ASGI): delivered to as Django's test client makes requests.
+    django: bool = False
 
     def matches(self, url: str) -> bool:
         return _under(url, self.base_url)
@@ -195,7 +199,8 @@ class MountTable:
                 f"lifespan=True needs an ASGI app; the app mounted at {base_url!r} is "
                 f"{resolved}{hint}"
             )
-        mount = Mount(normalize_base_url(base_url), app, resolved, lifespan, flavour)
+        django = resolved in ("wsgi", "asgi") and django_handler(app) is not None
+        mount = Mount(normalize_base_url(base_url), app, resolved, lifespan, flavour, django)
         self._mounts = [m for m in self._mounts if m.base_url != mount.base_url] + [mount]
         # Longest base URL first, so the most specific mount answers.
         self._mounts.sort(key=lambda m: len(m.base_url), reverse=True)

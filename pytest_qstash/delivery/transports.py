@@ -4,7 +4,8 @@ async code.
 Sync tests drive ASGI apps on an event loop of the fake's own, run in the test's thread (no
 thread hop per delivery) and kept for the fake's lifetime; apps mounted with a lifespan run
 there in async tests too (from a worker thread), next to their lifespan, a task of that loop.
-Async tests drive the others on the test's own loop. A mounted Starlette ``TestClient`` inside
+Async tests drive the others on the test's own loop. Django's handlers get deliveries as its
+test client makes requests (``django_apps``). A mounted Starlette ``TestClient`` inside
 its ``with`` block gets its deliveries on its own portal's loop, next to the lifespan it runs.
 URLs no app is mounted for go through httpx, so a user's respx routes or pytest-httpx can
 answer them; the network is only used for loopback hosts.
@@ -47,6 +48,7 @@ from ..compat import unrecord_in_pytest_httpx as _unrecord_in_pytest_httpx
 from ..errors import DeliveryTimeoutError, QStashFakeError
 from ..hosts import is_loopback
 from ..state.attempts import timeout_error
+from .django_apps import connections_kept_open, run_in_this_thread
 from .lifespan import Lifespan
 from .mounts import Mount, MountTable
 
@@ -122,8 +124,13 @@ class Sender:
         if mount is None:
             return self._send_unmounted(request)
         try:
+            if mount.kind == "wsgi" and mount.django:
+                with connections_kept_open():  # the test's own, in this thread
+                    return _wsgi(mount, request)
             if mount.kind == "wsgi":
                 return _wsgi(mount, request)
+            if mount.django and mount.kind == "asgi":
+                return self._django_asgi(mount, request)
             if mount.kind == "asgi":
                 app = self._asgi_app(mount)
                 outcome: Outcome = self._on_own_loop(_asgi(app, "", request), request)
@@ -152,6 +159,18 @@ class Sender:
         if mount.client in ("httpx-async", "django-async"):
             return self._on_own_loop(_through_async_client(mount, request), request)
         return _through_sync_client(mount, request)
+
+    def _django_asgi(self, mount: Mount, request: httpx.Request) -> Outcome:
+        """Django's ASGI handler, from a sync test: its sync code runs in the test's thread.
+        That code runs off the loop, where the idle watch cannot see it: bounded by the
+        timeout alone."""
+        __tracebackhide__ = True
+
+        def delivery() -> Coroutine[Any, Any, Outcome]:
+            return self._bounded(_asgi(mount.app, "", request), request, idle_watch=False)
+
+        with connections_kept_open():
+            return run_in_this_thread(delivery)
 
     def _send_unmounted(self, request: httpx.Request) -> Outcome:
         __tracebackhide__ = True
@@ -183,6 +202,12 @@ class Sender:
             if mount.client in ("httpx", "werkzeug", "django"):
                 return await self._in_thread(_through_sync_client, mount, request)
             async with _settling_background_tasks():
+                if mount.django and mount.kind == "asgi":
+                    # Django's sync code runs in threads of its own, on their connections
+                    # (never the test's), which it closes as usual; off the watch's sight.
+                    return await self._bounded(
+                        _asgi(mount.app, "", request), request, idle_watch=False
+                    )
                 if mount.kind == "asgi":
                     return await self._bounded(_asgi(mount.app, "", request), request)
                 if mount.client == "starlette":
@@ -263,8 +288,11 @@ class Sender:
             loop.run_until_complete(asyncio.sleep(0))
         return result
 
-    async def _bounded(self, coroutine: Awaitable[_T], request: httpx.Request) -> _T:
-        """Await one delivery on the running loop, bounded in real time (see the module)."""
+    async def _bounded(
+        self, coroutine: Awaitable[_T], request: httpx.Request, *, idle_watch: bool = True
+    ) -> _T:
+        """Await one delivery on the running loop, bounded in real time (see the module);
+        without ``idle_watch``, by the timeout alone."""
         __tracebackhide__ = True
         timeout = self.delivery_timeout_s
         try:
@@ -278,7 +306,7 @@ class Sender:
         watch = self._watches.get(loop)
         if watch is None:
             watch = self._watches[loop] = _LoopWatch(loop)
-        delivery = watch.begin(task, timeout)
+        delivery = watch.begin(task, timeout, idle_watch=idle_watch)
         try:
             result = await coroutine
         except asyncio.CancelledError:
@@ -476,6 +504,7 @@ def _wsgi(mount: Mount, request: httpx.Request) -> Outcome:
     app, request = _latin1_environ(mount.app, request)
     transport = httpx.WSGITransport(app=app, raise_app_exceptions=True)
     response = transport.handle_request(request)
+    # Read whole, and closed: where a Django request ends (request_finished).
     return Outcome(response.status_code, response.headers, response.read())
 
 
@@ -505,6 +534,8 @@ class _InFlight:
     task: asyncio.Task[Any]
     deadline: float
     idle_since: float | None = None
+    #: Whether an idle loop ends it early (not when its work runs where the watch cannot see).
+    idle_watch: bool = True
     #: Why the watch cancelled it: "timeout" or "stalled"; None while it runs its course.
     verdict: str | None = None
 
@@ -524,8 +555,10 @@ class _LoopWatch:
         self._in_flight: list[_InFlight] = []
         self._timer: asyncio.TimerHandle | None = None
 
-    def begin(self, task: asyncio.Task[Any], timeout: float) -> _InFlight:
-        delivery = _InFlight(task, self._loop.time() + timeout)
+    def begin(
+        self, task: asyncio.Task[Any], timeout: float, *, idle_watch: bool = True
+    ) -> _InFlight:
+        delivery = _InFlight(task, self._loop.time() + timeout, idle_watch=idle_watch)
         self._in_flight.append(delivery)
         if self._timer is None:
             self._timer = self._loop.call_later(min(_WATCH_INTERVAL_S, timeout), self._look)
@@ -544,7 +577,7 @@ class _LoopWatch:
                 continue
             if now >= delivery.deadline:
                 delivery.verdict = "timeout"
-            else:
+            elif delivery.idle_watch:
                 if idle is None:
                     idle = _loop_idle(self._loop, self._limiter)
                 if not idle:

@@ -59,6 +59,7 @@ def _message(fake: FakeQStash, message: Message) -> dict[str, Any]:
         "callback_for": message.callback_for,
         "callbacks": _ids(m.message_id for m in store.messages.values() if m.callback_for == own),
         "run": message.workflow_run_id,
+        "started_run": message.started_run_id,
         "schedule": message.schedule_id,
         "log": log[-MAX_LINKS:],
     }
@@ -80,6 +81,9 @@ def _run(fake: FakeQStash, run: WorkflowRun) -> dict[str, Any]:
     own = run.run_id
     return {
         "messages": _ids(m.message_id for m in store.messages.values() if m.workflow_run_id == own),
+        "started_by": next(
+            (m.message_id for m in store.messages.values() if m.started_run_id == own), None
+        ),
         "waiters": [
             {
                 "event_id": w.event_id,

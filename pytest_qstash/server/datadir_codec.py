@@ -69,13 +69,23 @@ from ..state.workflows import (
 #: The plain-data layout's version. Bump it whenever a saved class gains, loses or renames a
 #: field (or a kind comes or goes), and add a migration from the previous one to MIGRATIONS.
 #: (1 was the pickled layout of pytest-qstash 0.1, which is not read.)
-SCHEMA = 2
+SCHEMA = 3
 
 #: Plain data, as read from a data dir: ``meta``, ``roots`` (name: value) and ``kinds``
 #: (kind: {row id: {field: value}}).
 Document = dict[str, Any]
 #: Migrations: ``MIGRATIONS[n]`` turns a schema ``n`` document into a schema ``n + 1`` one.
 MIGRATIONS: dict[int, Callable[[Document], None]] = {}
+
+
+def _messages_name_the_run_they_began(document: Document) -> None:
+    """Schema 3 adds ``Message.started_run_id`` (the workflow run a plain publish began): a
+    message saved before says it began none."""
+    for fields in document["kinds"].get("messages", {}).values():
+        fields.setdefault("started_run_id", None)
+
+
+MIGRATIONS[2] = _messages_name_the_run_they_began
 
 
 class CodecError(ValueError):

@@ -475,6 +475,7 @@ MESSAGE = Model(
         Wire("callback_for"),
         Wire("is_failure_callback"),
         Wire("workflow_run_id"),
+        Wire("started_run_id"),
         Wire("deliveries", ListOf(Nested(DELIVERY))),
         Wire("cascade_depth"),
         Wire("from_schedule"),

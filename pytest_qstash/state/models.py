@@ -274,6 +274,9 @@ class Message:
     #: out) rather than the callback sent after each attempt.
     is_failure_callback: bool = False
     workflow_run_id: str | None = None
+    #: The Upstash Workflow run this message's delivery started: a plain publish to a
+    #: workflow route, whose run begins with a message of its own (``workflow_run_id``).
+    started_run_id: str | None = None
     #: When a DLQ retry published this message: the id of the message that failed.
     retried_from: str | None = None
     deliveries: list[Delivery] = field(default_factory=list)

@@ -242,7 +242,16 @@ class Store:
             message, opts.workflow_headers, now, opts
         ):
             self.cancel(message)  # for a run that has ended: never delivered
+        elif cause is not None and cause.workflow_run_id is None:
+            self._link_started_run(cause, message)
         return message
+
+    def _link_started_run(self, cause: Message, message: Message) -> None:
+        """A plain message whose delivery began a run (a publish to a workflow route): the
+        run's first message is its start, and the plain one says which run it started."""
+        found = self.workflows.membership(message.message_id) if message.workflow_run_id else None
+        if found is not None and found[0].messages[:1] == [message]:
+            cause.started_run_id = message.workflow_run_id
 
     def publish(
         self,

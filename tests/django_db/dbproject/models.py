@@ -1,0 +1,7 @@
+from __future__ import annotations
+
+from django.db import models
+
+
+class Note(models.Model):
+    text = models.CharField(max_length=200)
