@@ -17,6 +17,7 @@ the tests check that every other field does.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
 from collections.abc import Callable, Iterable
@@ -96,14 +97,33 @@ class _Moment(Kind):
         return iso_time(value)
 
 
-class _Text(Kind):
-    """Bytes as text (what ``.body`` shows)."""
+class _Bytes(Kind):
+    """Bytes as two JSON fields: ``name``, the text (what ``.body`` shows), and
+    ``name_base64``, null when that text is the bytes in UTF-8, else base64 of the bytes
+    (QStash's ``body``/``bodyBase64`` rule, with the text kept for readers that know only it)."""
+
+    #: The suffix of the base64 field's name.
+    suffix = "_base64"
 
     def encode(self, value: Any) -> Any:
-        return bytes(value).decode("utf-8", errors="replace")
+        return bytes_as_text(value)[0]
 
     def decode(self, value: Any) -> Any:
         return str(value).encode()
+
+    def read(self, text: Any, encoded: Any) -> bytes:
+        """The bytes of a ``name`` and ``name_base64`` pair."""
+        if encoded is None:
+            return str(text).encode()
+        return base64.b64decode(str(encoded), validate=True)
+
+
+def bytes_as_text(value: bytes) -> tuple[str, str | None]:
+    """``value`` as its text and, when that text is not the bytes in UTF-8, base64 of them."""
+    try:
+        return value.decode(), None
+    except UnicodeDecodeError:
+        return value.decode(errors="replace"), base64.b64encode(value).decode("ascii")
 
 
 class _Headers(Kind):
@@ -202,7 +222,7 @@ class Nested(Kind):
 PLAIN: Kind = _Plain()
 MILLIS: Kind = _Millis()
 MOMENT: Kind = _Moment()
-TEXT: Kind = _Text()
+BYTES = _Bytes()
 HEADERS: Kind = _Headers()
 
 
@@ -311,7 +331,16 @@ class Model(Generic[T]):
             else:
                 namespace[f"R{i}"] = read
                 lines.append(f"{indent}v = R{i}(item)")
-            if write is None:
+            if write is _SPLIT:
+                namespace["split"] = bytes_as_text
+                encoded = name + _Bytes.suffix
+                lines += [
+                    f"{indent}if v is None:",
+                    f"{indent}    out[{name!r}] = out[{encoded!r}] = None",
+                    f"{indent}else:",
+                    f"{indent}    out[{name!r}], out[{encoded!r}] = split(v)",
+                ]
+            elif write is None:
                 lines.append(f"{indent}out[{name!r}] = v")
             else:
                 namespace[f"W{i}"] = write
@@ -329,6 +358,11 @@ class Model(Generic[T]):
         """The item's JSON without ``summary_leaves``: what a list shows, bounded whatever
         the item holds. ``read`` cannot read it back."""
         return self.render(item, without=self.summary_leaves)
+
+    @functools.cached_property
+    def _bytes(self) -> tuple[Wire, ...]:
+        """The wire fields that are bytes (read from two JSON fields)."""
+        return tuple(wire for wire in self.fields if isinstance(wire.kind, _Bytes))
 
     @functools.cached_property
     def _hoisted(self) -> tuple[tuple[str, str, str], ...]:
@@ -362,6 +396,11 @@ class Model(Generic[T]):
                 wire.field: None if data[wire.name] is None else wire.kind.decode(data[wire.name])
                 for wire in self.fields
             }
+            for wire in self._bytes:
+                text = data[wire.name]
+                if text is not None:
+                    encoded = data.get(wire.name + _Bytes.suffix)
+                    values[wire.field] = BYTES.read(text, encoded)
             if self._build is not None:
                 return self._build(values)
             return self.cls(**values)
@@ -384,8 +423,18 @@ def _read_with(get: Callable[[Any, str], Any], field: str, item: Any) -> Any:
 
 
 def _writer(kind: Kind) -> Callable[[Any], Any] | None:
-    """What writes a value of ``kind``, or None when a value is its own JSON."""
+    """What writes a value of ``kind``, or None when a value is its own JSON (``_SPLIT``:
+    bytes, written as two fields)."""
+    if isinstance(kind, _Bytes):
+        return _SPLIT
     return None if type(kind) in (Kind, _Plain) else kind.encode
+
+
+def _split(value: Any) -> Any:
+    raise AssertionError("bytes are written by the renderer's own code")
+
+
+_SPLIT: Callable[[Any], Any] = _split
 
 
 # -- the models ---------------------------------------------------------------------------------
@@ -403,12 +452,12 @@ DELIVERY = Model(
         Wire("url"),
         Wire("method"),
         Wire("headers", HEADERS),
-        Wire("body", TEXT, "content"),
+        Wire("body", BYTES, "content"),
         Wire("at", MILLIS, "at_ms"),
         Wire("retried"),
         Wire("status"),
         Wire("response_headers", HEADERS),
-        Wire("response_body", TEXT, "response_content"),
+        Wire("response_body", BYTES, "response_content"),
         Wire("error"),
         Wire("kind"),
         Wire("ended_at", MILLIS, "ended_ms"),
@@ -460,7 +509,7 @@ MESSAGE = Model(
     [
         Wire("message_id"),
         Wire("url"),
-        Wire("body", TEXT, "content"),
+        Wire("body", BYTES, "content"),
         Wire("created_at", MILLIS, "created_ms"),
         Wire("not_before", MILLIS, "not_before_ms"),
         Wire("max_retries"),
@@ -512,7 +561,7 @@ DLQ_ENTRY = Model(
         Wire("created_at", MILLIS, "created_ms"),
         Wire("response_status"),
         Wire("response_headers", HEADERS),
-        Wire("response_body", TEXT, "response_content"),
+        Wire("response_body", BYTES, "response_content"),
         Wire("error"),
     ],
     [
@@ -536,7 +585,7 @@ EVENT = Model(
         Wire("next_delivery_time", MILLIS, "next_delivery_ms"),
         Wire("response_status"),
         Wire("response_headers", HEADERS),
-        Wire("response_body", TEXT, "response_content"),
+        Wire("response_body", BYTES, "response_content"),
     ],
     # The message a log line is about is in the messages list, by ``message_id`` (the
     # client links it back): nesting it sent every message again with each of its lines.
@@ -551,7 +600,7 @@ SCHEDULE = Model(
         Wire("schedule_id"),
         Wire("destination"),
         Wire("cron", _Cron(), "expression"),
-        Wire("body", TEXT, "content"),
+        Wire("body", BYTES, "content"),
         Wire("options", Nested(MESSAGE_OPTIONS)),
         Wire("created_at", MILLIS, "created_ms"),
         Wire("next_run", MILLIS, "next_ms"),
@@ -650,11 +699,11 @@ API_CALL = Model(
         Wire("path"),
         Wire("url", _Url(), "request_url"),
         Wire("headers", HEADERS),
-        Wire("body", TEXT, "content"),
+        Wire("body", BYTES, "content"),
         Wire("at", MILLIS, "at_ms"),
         Wire("status"),
         Wire("response_headers", HEADERS),
-        Wire("response_body", TEXT, "response_content"),
+        Wire("response_body", BYTES, "response_content"),
         Wire("error"),
     ],
     [Derived("ok")],
