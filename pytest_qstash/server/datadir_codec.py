@@ -307,8 +307,8 @@ class Decoder:
             "$random": _random,
             "$error": lambda v: SavedError(_text(v)),
         }
-        for tag, read in UNTAGGED.items():
-            self._readers[tag] = functools.partial(_untagged, tag, read)
+        # Their ``ValueError``/``TypeError`` on a malformed value is refused by ``decode``.
+        self._readers.update(UNTAGGED)
         objects = self._objects
         for name, rows in kinds.items():
             kind = self._by_name.get(name)
@@ -460,14 +460,6 @@ _PLAIN_KEYS = (str, int, float, bool, type(None), bytes)
 #: JSON values that are themselves (no tag to read).
 _SCALARS = frozenset({str, int, float, bool})
 _MISSING: Any = object()
-
-
-def _untagged(tag: str, read: Callable[[Any], Any], value: Any) -> Any:
-    """A tagged value rebuilt (``fields.UNTAGGED``), or ``CodecError`` saying why not."""
-    try:
-        return read(value)
-    except (ValueError, TypeError) as exc:
-        raise CodecError(f"an unreadable {tag[1:]} value: {exc}") from None
 
 
 class _MissingField(Exception):
