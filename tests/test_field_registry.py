@@ -16,7 +16,6 @@ from pytest_qstash import FakeQStash
 from pytest_qstash.server import datadir_codec as codec
 from pytest_qstash.server import records
 from pytest_qstash.server.fields import REGISTRY, Entry, Field
-from pytest_qstash.server.forms import BYTES
 from pytest_qstash.state.models import DlqEntry, Message
 
 
@@ -30,12 +29,13 @@ class PriorityMessage(Message):
 
 def _with_priority(registry: tuple[Entry, ...]) -> tuple[Entry, ...]:
     """A copy of ``registry`` whose messages are ``PriorityMessage``s: its plain field
-    needs no word; its bytes field is said once (its form, its name on the control API)."""
+    needs no word; its bytes field (which takes the form of bytes by its type) only its
+    name on the control API, which differs."""
     changed = []
     for entry in registry:
         if entry.cls is Message:
             entry = dataclasses.replace(entry, cls=PriorityMessage).with_field(
-                Field("attachment", BYTES, "file")
+                Field("attachment", record="file")
             )
         changed.append(entry)
     return tuple(changed)

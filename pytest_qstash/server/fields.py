@@ -14,6 +14,8 @@ A field's form (``forms``) is how its value is written as plain data.
 from __future__ import annotations
 
 import dataclasses
+import operator
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -46,22 +48,15 @@ from ..state.workflows import (
     WorkflowStep,
 )
 from .forms import (
-    BACKOFF,
-    BYTES,
-    CRON,
-    HEADERS,
     KEYS,
     MILLIS,
     MOMENT,
     OUTSTANDING,
     PLAIN,
     RUN_MESSAGES,
-    SET,
     TUPLE,
-    URL,
     Kind,
-    ListOf,
-    Nested,
+    form_of,
     iso_time,
 )
 
@@ -74,7 +69,8 @@ class Field:
     attribute that holds it when that is not ``name``."""
 
     name: str
-    form: Kind = PLAIN
+    #: None: its type's (``forms.form_of``).
+    form: Kind | None = None
     record: str = ""
     attr: str = ""
 
@@ -135,16 +131,40 @@ class Entry:
         if not dataclasses.is_dataclass(self.cls):
             return self.fields
         declared = {field.attribute: field for field in self.fields}
-        return tuple(declared.get(f.name) or Field(f.name) for f in dataclasses.fields(self.cls))
+        hints = typing.get_type_hints(self.cls)
+        made = []
+        for f in dataclasses.fields(self.cls):
+            field = declared.get(f.name) or Field(f.name)
+            if field.form is None:
+                field = dataclasses.replace(field, form=form_of(hints[f.name]))
+            made.append(field)
+        return tuple(made)
 
     def with_field(self, field: Field) -> Entry:
         """This entry with one more declared field (a field added to a copy of it)."""
         return dataclasses.replace(self, fields=(*self.fields, field))
 
 
-def _option(name: str, kind: Kind = PLAIN) -> Derived:
-    """A message's property that reads its option ``name``, written at the top level."""
-    return Derived(name, kind, hoisted_from=("options", name))
+#: What a publish gave that a record shows (the options' own bookkeeping left out).
+_OPTIONS_LEFT_OUT = frozenset({"callback_options", "failure_callback_options", "given"})
+
+
+def _options_read_by(cls: type, *, hoisted: bool) -> tuple[Derived, ...]:
+    """``cls``'s properties that read an option of the same name (a message's ``method`` is
+    its ``options.method``), each rendered in the option's form, read from the option;
+    ``hoisted``: written at the top level only, taken out of the rendered ``options`` (and
+    put back there when read)."""
+    hints = typing.get_type_hints(MessageOptions)
+    return tuple(
+        Derived(
+            f.name,
+            form_of(hints[f.name]),
+            operator.attrgetter(f"options.{f.name}"),
+            ("options", f.name) if hoisted else None,
+        )
+        for f in dataclasses.fields(MessageOptions)
+        if f.name not in _OPTIONS_LEFT_OUT and isinstance(getattr(cls, f.name, None), property)
+    )
 
 
 def _step(item: WorkflowStep) -> dict[str, Any]:
@@ -273,11 +293,9 @@ REGISTRY: tuple[Entry, ...] = (
         Message,
         "messages",
         (
-            Field("content", BYTES, "body"),
+            Field("content", record="body"),
             Field("created_ms", MILLIS, "created_at"),
             Field("not_before_ms", MILLIS, "not_before"),
-            Field("options", Nested(MessageOptions)),
-            Field("deliveries", ListOf(Nested(Delivery))),
         ),
         record="message",
         # ``labels``: split as the QStash API shows them, and as a run's are.
@@ -287,30 +305,16 @@ REGISTRY: tuple[Entry, ...] = (
             Derived("labels", TUPLE),
             # What the message was published with, at the top level (the fields a test
             # reads), each the property that reads its option: written there only.
-            _option("method"),
-            _option("headers", HEADERS),
-            _option("label"),
-            _option("deduplication_id"),
-            _option("content_based_deduplication"),
-            _option("retry_delay"),
-            _option("timeout_ms"),
-            _option("callback"),
-            _option("failure_callback"),
-            _option("callback_headers", HEADERS),
-            _option("failure_callback_headers", HEADERS),
-            _option("flow_control", Nested(FlowControl)),
-            _option("redact", TUPLE),
+            *_options_read_by(Message, hoisted=True),
         ),
     ),
     Entry(
         Delivery,
         "deliveries",
         (
-            Field("headers", HEADERS),
-            Field("content", BYTES, "body"),
+            Field("content", record="body"),
             Field("at_ms", MILLIS, "at"),
-            Field("response_headers", HEADERS),
-            Field("response_content", BYTES, "response_body"),
+            Field("response_content", record="response_body"),
             Field("ended_ms", MILLIS, "ended_at"),
         ),
         record="delivery",
@@ -322,10 +326,8 @@ REGISTRY: tuple[Entry, ...] = (
         DlqEntry,
         "dlq",
         (
-            Field("message", Nested(Message)),
             Field("created_ms", MILLIS, "created_at"),
-            Field("response_headers", HEADERS),
-            Field("response_content", BYTES, "response_body"),
+            Field("response_content", record="response_body"),
         ),
         record="DLQ entry",
         derived=tuple(
@@ -338,8 +340,7 @@ REGISTRY: tuple[Entry, ...] = (
         (
             Field("time_ms", MILLIS, "time"),
             Field("next_delivery_ms", MILLIS, "next_delivery_time"),
-            Field("response_headers", HEADERS),
-            Field("response_content", BYTES, "response_body"),
+            Field("response_content", record="response_body"),
         ),
         record="event",
         # The message a log line is about is in the messages list, by ``message_id`` (the
@@ -351,12 +352,10 @@ REGISTRY: tuple[Entry, ...] = (
         ApiCall,
         "api_calls",
         (
-            Field("request_url", URL, "url"),
-            Field("headers", HEADERS),
-            Field("content", BYTES, "body"),
+            Field("request_url", record="url"),
+            Field("content", record="body"),
             Field("at_ms", MILLIS, "at"),
-            Field("response_headers", HEADERS),
-            Field("response_content", BYTES, "response_body"),
+            Field("response_content", record="response_body"),
         ),
         record="API call",
         derived=(Derived("ok"),),
@@ -367,8 +366,6 @@ REGISTRY: tuple[Entry, ...] = (
         (
             Field("created_ms", MILLIS, "created_at"),
             Field("deadline_ms", MILLIS, "deadline"),
-            Field("options", Nested(MessageOptions)),
-            Field("timeout_options", Nested(MessageOptions)),
         ),
         record="waiter",
         derived=(Derived("step_name"), Derived("step_type")),
@@ -376,32 +373,20 @@ REGISTRY: tuple[Entry, ...] = (
     Entry(
         MessageOptions,
         "message_options",
-        (
-            Field("headers", HEADERS),
-            Field("retry_delay", BACKOFF),
-            Field("callback_headers", HEADERS),
-            Field("failure_callback_headers", HEADERS),
-            Field("redact", TUPLE),
-            Field("flow_control", Nested(FlowControl)),
-        ),
+        (),
         record="message options",
         # What callbacks of a message are published with, and which options a publish
         # named: the engine's own bookkeeping, read by nothing a record offers.
-        left_out=frozenset({"callback_options", "failure_callback_options", "given"}),
+        left_out=_OPTIONS_LEFT_OUT,
     ),
     Entry(
         RunSettings,
         "run_settings",
-        (Field("options", Nested(MessageOptions)),),
+        (),
         record="run settings",
         derived=(
-            Derived("retries"),
-            Derived("retry_delay", BACKOFF),
-            Derived("timeout_ms"),
-            Derived("failure_callback"),
-            Derived("failure_callback_headers", HEADERS),
-            Derived("label"),
-            Derived("flow_control", Nested(FlowControl)),
+            # The run-wide settings, each the property that reads its option.
+            *_options_read_by(RunSettings, hoisted=False),
         ),
     ),
     Entry(Attempt, "attempts"),
@@ -411,13 +396,13 @@ REGISTRY: tuple[Entry, ...] = (
     Entry(
         UrlGroup,
         "url_groups",
-        (*_TIMES, Field("endpoints", ListOf(Nested(Endpoint)))),
+        _TIMES,
         record="URL group",
     ),
     Entry(
         Invoker,
         "invokers",
-        (Field("created_ms", MILLIS, "created_at"), Field("options", Nested(MessageOptions))),
+        (Field("created_ms", MILLIS, "created_at"),),
         record="invoker",
     ),
     Entry(RunHeaders, "run_headers"),
@@ -430,9 +415,7 @@ REGISTRY: tuple[Entry, ...] = (
         (
             Field("created_ms", MILLIS, "created_at"),
             Field("completed_ms", MILLIS, "completed_at"),
-            Field("invoker", Nested(Invoker)),
             Field("members", RUN_MESSAGES, "messages", attr="_members"),
-            Field("settings", Nested(RunSettings)),
         ),
         record="workflow run",
         derived=(
@@ -452,7 +435,7 @@ REGISTRY: tuple[Entry, ...] = (
     Entry(
         WorkflowDlqEntry,
         "workflow_dlq",
-        (Field("entry", Nested(DlqEntry)), Field("run", Nested(WorkflowRun))),
+        (),
         record="workflow DLQ entry",
         derived=(
             *(Derived(name) for name in ("dlq_id", "run_id", "workflow_url", "url", "body")),
@@ -470,9 +453,8 @@ REGISTRY: tuple[Entry, ...] = (
         Schedule,
         "schedules",
         (
-            Field("expression", CRON, "cron"),
-            Field("content", BYTES, "body"),
-            Field("options", Nested(MessageOptions)),
+            Field("expression", record="cron"),
+            Field("content", record="body"),
             Field("created_ms", MILLIS, "created_at"),
             Field("next_ms", MILLIS, "next_run"),
             Field("last_ms", MILLIS, "last_run"),
@@ -500,7 +482,7 @@ REGISTRY: tuple[Entry, ...] = (
     Entry(
         Queue,
         "queues",
-        (*_TIMES, Field("members", KEYS), Field("parked", SET)),
+        (*_TIMES, Field("members", KEYS)),
         record="queue",
         derived=(Derived("lag"),),
         summary_leaves=frozenset({"members", "parked"}),

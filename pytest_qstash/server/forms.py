@@ -5,13 +5,16 @@ client): moments as ISO 8601 text, bytes as text with base64 beside when the tex
 bytes, headers as ``[name, value]`` pairs, retry-delay and cron expressions as their text. For
 the data dir, where values are found by their type, one tagged object per type (``TAGGED``,
 read back by ``UNTAGGED``): bytes as base64, headers as Latin-1 pairs (byte for byte),
-expressions as their text, parsed again on reading. The registry (``fields``) says which form
-each field takes.
+expressions as their text, parsed again on reading. A field takes its type's form
+(``form_of``) unless the registry (``fields``) says another (a moment kept as milliseconds).
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
+import types
+import typing
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -313,3 +316,34 @@ UNTAGGED: dict[str, Callable[[Any], Any]] = {
     "$retry_delay": lambda v: BACKOFF.decode(_text(v)),
     "$cron": lambda v: CRON.decode(_text(v)),
 }
+
+
+#: The form a field takes by its type, when the registry says none (one form per type).
+_BY_TYPE: dict[Any, Kind] = {
+    bytes: BYTES,
+    httpx.Headers: HEADERS,
+    httpx.URL: URL,
+    RetryDelayExpression: BACKOFF,
+    CronExpression: CRON,
+    tuple: TUPLE,
+    set: SET,
+}
+
+
+def form_of(annotation: Any) -> Kind:
+    """The form of a value of type ``annotation`` (a field's resolved type hint): its type's
+    own (bytes, headers, expressions...), a dataclass's JSON (``Nested``), a list of them,
+    else itself (``PLAIN``). ``X | None`` is ``X``'s: None travels as null anyway."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType) and len(args) == 1:
+        return form_of(args[0])
+    if origin is list and len(args) == 1:
+        inner = form_of(args[0])
+        return PLAIN if inner is PLAIN else ListOf(inner)
+    kind = _BY_TYPE.get(origin or annotation)
+    if kind is not None:
+        return kind
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+        return Nested(annotation)
+    return PLAIN
