@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from . import codegen
 from . import fields as registry
 from .fields import Entry
 from .forms import TAGGED, UNTAGGED
@@ -152,7 +153,7 @@ class Kind:
         of a row is in it. None for the other kinds (the generic loop in ``Decoder.fill``)."""
         if not self.dataclass or self.mapping or self.transient or self.links:
             return None
-        return _make_filler(self.cls, self.field_defaults)
+        return codegen.filler(self.cls, self.field_defaults, _MISSING, _SCALARS, _MissingField)
 
     @functools.cached_property
     def field_defaults(self) -> tuple[tuple[str, str, Any, Callable[[], Any] | None], ...]:
@@ -464,42 +465,6 @@ _MISSING: Any = object()
 
 class _MissingField(Exception):
     """A row without a field that has no default (the caller names the row)."""
-
-
-def _make_filler(
-    cls: type, plan: tuple[tuple[str, str, Any, Callable[[], Any] | None], ...]
-) -> Callable[[Any, Mapping[str, Any], Callable[[Any], Any]], None]:
-    """``fill(obj, row, value)`` for a dataclass, from its ``Kind.field_defaults``: per field,
-    the row's value under its key (through ``value`` unless it is a scalar), else its
-    default, set on its attribute."""
-    frozen = cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
-    namespace: dict[str, Any] = {
-        "MISSING": _MISSING,
-        "SCALARS": _SCALARS,
-        "MissingField": _MissingField,
-        "set_field": object.__setattr__,
-    }
-    lines = ["def fill(obj, row, value):", "    get = row.get"]
-    for i, (key, name, shared, make) in enumerate(plan):
-        if not name.isidentifier():  # a dataclass field always is: never trust, though
-            raise CodecError(f"{cls.__qualname__} has a field named {name!r}")
-        lines.append(f"    v = get({key!r}, MISSING)")
-        if shared is not _MISSING:
-            namespace[f"D{i}"] = shared
-            lines.append(f"    if v is MISSING: v = D{i}")
-        elif make is not None:
-            namespace[f"F{i}"] = make
-            lines.append(f"    if v is MISSING: v = F{i}()")
-        else:
-            lines.append(f"    if v is MISSING: raise MissingField({key!r})")
-        lines.append("    elif v is not None and type(v) not in SCALARS: v = value(v)")
-        if frozen:
-            lines.append(f"    set_field(obj, {name!r}, v)")
-        else:
-            lines.append(f"    obj.{name} = v")
-    exec("\n".join(lines), namespace)  # our own field names only, as dataclasses does
-    filler: Callable[[Any, Mapping[str, Any], Callable[[Any], Any]], None] = namespace["fill"]
-    return filler
 
 
 def _same(value: Any) -> Any:

@@ -33,6 +33,7 @@ from ..state.schedules import Schedule
 from ..state.url_groups import Endpoint, UrlGroup
 from ..state.workflow_dlq import WorkflowDlqEntry
 from ..state.workflows import WorkflowRun
+from . import codegen
 from .fields import REGISTRY, Derived, Entry
 from .forms import BYTES, PLAIN, Bytes, Kind, ListOf, Nested, bytes_as_text
 from .forms import iso_time as iso_time
@@ -85,11 +86,11 @@ class Model(Generic[T]):
         self._renderers: dict[frozenset[str], Callable[[Any], dict[str, Any]]] = {}
 
     @functools.cached_property
-    def _plan(self) -> tuple[_Step, ...]:
+    def _plan(self) -> tuple[codegen.Step, ...]:
         """Per rendered field, in order: its name, what reads it from an item (an attribute
         name, or a function), what writes a value that is not None (None: the value is its
         own JSON), and the nested field and key it is moved out of (``Derived.hoisted_from``)."""
-        plan: list[_Step] = []
+        plan: list[codegen.Step] = []
         for wire in self.fields:
             if self._get is not None:
                 read: str | Callable[[Any], Any] = functools.partial(
@@ -112,44 +113,7 @@ class Model(Generic[T]):
         made = self._renderers.get(without)
         if made is not None:
             return made
-        namespace: dict[str, Callable[[Any], Any]] = {}
-        lines = ["def render(item):", "    out = {}"]
-        for i, (name, read, write, hoisted_from) in enumerate(self._plan):
-            if name in without:
-                continue
-            indent = "    "
-            if hoisted_from is not None:
-                lines += [
-                    f"    nested = out.get({hoisted_from[0]!r})",
-                    "    if nested is not None:",
-                    f"        out[{name!r}] = nested.pop({hoisted_from[1]!r})",
-                    "    else:",
-                ]
-                indent = "        "
-            if isinstance(read, str):
-                if not read.isidentifier():
-                    raise ValueError(f"{self.kind}: no attribute can be named {read!r}")
-                lines.append(f"{indent}v = item.{read}")
-            else:
-                namespace[f"R{i}"] = read
-                lines.append(f"{indent}v = R{i}(item)")
-            if write is _SPLIT:
-                namespace["split"] = bytes_as_text
-                encoded = name + Bytes.suffix
-                lines += [
-                    f"{indent}if v is None:",
-                    f"{indent}    out[{name!r}] = out[{encoded!r}] = None",
-                    f"{indent}else:",
-                    f"{indent}    out[{name!r}], out[{encoded!r}] = split(v)",
-                ]
-            elif write is None:
-                lines.append(f"{indent}out[{name!r}] = v")
-            else:
-                namespace[f"W{i}"] = write
-                lines.append(f"{indent}out[{name!r}] = None if v is None else W{i}(v)")
-        lines.append("    return out")
-        exec("\n".join(lines), namespace)  # the model's own field names only
-        made = namespace["render"]
+        made = codegen.renderer(self.kind, self._plan, without)
         self._renderers[without] = made
         return made
 
@@ -213,30 +177,16 @@ class Model(Generic[T]):
             ) from None
 
 
-#: One rendered field: its name, reader (an attribute's name or a function), writer and what
-#: it is a copy of (``Model._plan``).
-_Step = tuple[
-    str, "str | Callable[[Any], Any]", "Callable[[Any], Any] | None", "tuple[str, str] | None"
-]
-
-
 def _read_with(get: Callable[[Any, str], Any], field: str, item: Any) -> Any:
     return get(item, field)
 
 
 def _writer(kind: Kind) -> Callable[[Any], Any] | None:
-    """What writes a value of ``kind``, or None when a value is its own JSON (``_SPLIT``:
-    bytes, written as two fields)."""
+    """What writes a value of ``kind``, or None when a value is its own JSON
+    (``codegen.SPLIT``: bytes, written as two fields)."""
     if isinstance(kind, Bytes):
-        return _SPLIT
+        return codegen.SPLIT
     return None if kind is PLAIN or type(kind) is Kind else kind.encode
-
-
-def _split(value: Any) -> Any:
-    raise AssertionError("bytes are written by the renderer's own code")
-
-
-_SPLIT: Callable[[Any], Any] = _split
 
 
 # -- the models, from the registry ------------------------------------------------------------
