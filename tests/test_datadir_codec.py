@@ -236,7 +236,7 @@ def test_the_saved_fields_are_those_of_the_schema() -> None:
     for obj in objects:
         kind = by_class[type(obj)]
         assert set(vars(obj)) == set(kind.declared) | set(kind.transient), (
-            f"{type(obj).__qualname__}'s fields changed: declare them in datadir_codec.KINDS, "
+            f"{type(obj).__qualname__}'s fields changed: declare them in fields.REGISTRY, "
             "bump SCHEMA and add a migration"
         )
 

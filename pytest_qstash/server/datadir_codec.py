@@ -2,16 +2,17 @@
 
 The state is a graph of objects (a DLQ entry and a log entry refer to the message they are
 about, a run to its messages, the clock's heap to due events): each object of a class in
-``KINDS`` becomes one row of its kind's table, its fields as JSON, and a reference to it is
-``{"$ref": n}``. So shared objects come back shared, and cycles are no problem.
+``KINDS`` (made from the field registry, ``fields.REGISTRY``) becomes one row of its kind's
+table, its fields as JSON under their public names, and a reference to it is ``{"$ref": n}``.
+So shared objects come back shared, and cycles are no problem.
 
 Only the classes in ``KINDS`` are ever built, with ``object.__new__`` and by setting their
 fields: no constructor, no ``__setstate__``, nothing named by the data runs. The few values
 that are not JSON (bytes, headers, tuples, a cron or retry-delay expression, the id
-generator's random state) are written as small tagged objects and rebuilt by the fixed
-function for their tag; an expression is saved as its text and parsed again. Anything else
-in the state is an error when writing (a new kind of object must be added here, with a
-``SCHEMA`` bump and a migration: ``tests/test_datadir_codec.py`` says so).
+generator's random state) are written as small tagged objects (``forms.TAGGED``) and rebuilt
+by the fixed function for their tag; an expression is saved as its text and parsed again.
+Anything else in the state is an error when writing (a new kind of object must be added to
+the registry, with a ``SCHEMA`` bump and a migration: ``tests/test_datadir_codec.py`` says so).
 """
 
 from __future__ import annotations
@@ -229,7 +230,7 @@ class Encoder:
             return {"$error": f"{t.__name__}: {v}"}
         raise CodecError(
             f"cannot save a {t.__module__}.{t.__qualname__} in a data dir: add it to "
-            "pytest_qstash/server/datadir_codec.py (KINDS, SCHEMA and a migration)"
+            "pytest_qstash/server/fields.py (REGISTRY), with a SCHEMA bump and a migration"
         )
 
     def _dict(self, v: dict[Any, Any]) -> Any:
@@ -269,7 +270,7 @@ class Encoder:
             if unknown:
                 raise CodecError(
                     f"{type(obj).__qualname__} has fields the data dir does not know: "
-                    f"{sorted(unknown)} (declare them in datadir_codec.KINDS, bump SCHEMA)"
+                    f"{sorted(unknown)} (declare them in fields.REGISTRY, bump SCHEMA)"
                 )
         if kind.mapping:
             fields["$items"] = self._dict(obj)

@@ -1,14 +1,17 @@
-"""The one registry of the fields the server shows and keeps, and their plain-data forms.
+"""The one registry of the fields the server shows and keeps, and how each travels.
 
 Each class whose objects the control API shows (``records``) or a data dir keeps
 (``datadir_codec``) has one ``Entry`` here; both codecs are derived from it. A dataclass's
-fields are its own: every field travels, with its name and as itself, unless its ``Field``
-here says otherwise (its name on the control API where that differs, its form, the private
-attribute behind a public name). So a plain field added to a model travels in the records and
-in the data dir with no edit here. A class that is no dataclass (the store's tables) lists its
-saved fields, each under a public name (the data dir's schema), whatever attribute holds it.
+fields are its own: every field travels, under its name and in its type's form
+(``forms.form_of``: bytes, headers, expressions, another model), unless its ``Field`` here
+says otherwise (its name on the control API where that differs, another form such as a
+moment kept as milliseconds, the private attribute behind a public name). So a plain field
+added to a model travels in the records and in the data dir with no edit here. A class that
+is no dataclass (the store's tables) lists its saved fields, each under a public name (the
+data dir's schema), whatever attribute holds it.
 
-A field's form (``forms``) is how its value is written as plain data.
+What a message and a run's settings show of their options is derived from their properties
+of the same names (``_options_read_by``).
 """
 
 from __future__ import annotations

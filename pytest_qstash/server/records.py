@@ -120,6 +120,15 @@ class Model(Generic[T]):
     def render(self, item: T, *, without: frozenset[str] = frozenset()) -> dict[str, Any]:
         return self._renderer(without)(item)
 
+    def only(self, names: Iterable[str]) -> Callable[[T], dict[str, Any]]:
+        """What renders an item's fields ``names`` alone (a dashboard row's), as ``render``
+        does: a name the model does not render is an error."""
+        keep = frozenset(names)
+        rendered = {step[0] for step in self._plan}
+        if not keep <= rendered:
+            raise ValueError(f"{self.kind}: no field {sorted(keep - rendered)} to render")
+        return self._renderer(frozenset(rendered - keep))
+
     def summary(self, item: T) -> dict[str, Any]:
         """The item's JSON without ``summary_leaves``: what a list shows, bounded whatever
         the item holds. ``read`` cannot read it back."""
