@@ -241,6 +241,16 @@ def test_the_saved_fields_are_those_of_the_schema() -> None:
         )
 
 
+def test_the_schema_names_public_fields_only() -> None:
+    """A data dir's rows are keyed by public names (the registry's), whatever attribute holds
+    a field: renaming a private attribute changes the registry's line, not the schema."""
+    for kind in codec.KINDS:
+        private = [key for key in kind.fields if key.startswith("_")]
+        assert not private, (kind.name, private)
+    store = dict(codec.KINDS[0].saved)
+    assert store["generation"] == "_generation"
+
+
 @pytest.mark.qstash(retention=True)
 def test_a_restored_retention_goes_on_forgetting(qstash: FakeQStash, client: QStash) -> None:
     """The retention restored is the clock's, and works on the restored store's own

@@ -4,7 +4,9 @@ version with all its state: an upgrade keeps a user's state."""
 
 from __future__ import annotations
 
+import json
 import shutil
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,14 +14,19 @@ import pytest
 from qstash import QStash
 
 from pytest_qstash.server import ServerProcess
+from pytest_qstash.server import datadir_codec as codec
 
 RELEASE_0_1_0 = Path(__file__).parent / "datadirs" / "release-0.1.0"
 BINARY = bytes(range(256))
 
 
 @pytest.fixture
-def upgraded(tmp_path: Path) -> Iterator[ServerProcess]:
-    data_dir = tmp_path / "data"
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def upgraded(data_dir: Path) -> Iterator[ServerProcess]:
     shutil.copytree(RELEASE_0_1_0, data_dir)
     data_dir.chmod(0o700)  # as a data dir is kept (git keeps no modes)
     for path in data_dir.iterdir():
@@ -58,3 +65,26 @@ def test_a_release_0_1_0_data_dir_loads_with_every_resource(upgraded: ServerProc
     assert (key.key, key.rate) == ("tenant-1", 3)
     [run] = server.runs
     assert run.json() == {"order": 7}
+
+
+def test_the_upgraded_data_dir_is_written_in_the_current_schema(
+    upgraded: ServerProcess, data_dir: Path
+) -> None:
+    message_ids = {m.message_id for m in upgraded.messages}
+    upgraded.stop()  # a clean stop: a snapshot in this version's schema
+    db = sqlite3.connect(f"file:{data_dir / 'snapshot.sqlite'}?mode=ro", uri=True)
+    try:
+        [schema] = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        [store] = db.execute("SELECT fields FROM store").fetchone()
+    finally:
+        db.close()
+    assert json.loads(schema) == codec.SCHEMA > 2
+    assert "generation" in json.loads(store)  # a public name, where 0.1.0 wrote "_generation"
+    assert not any(key.startswith("_") for key in json.loads(store))
+
+    again = ServerProcess.start(clock="virtual", args=["--data-dir", str(data_dir)])
+    try:
+        assert {m.message_id for m in again.messages} == message_ids
+        assert again.messages.one(url=lambda url: url.endswith("/binary")).content == BINARY
+    finally:
+        again.stop()
