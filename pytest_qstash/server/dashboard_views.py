@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..state.models import Delivery, DlqEntry, Event, Message, split_labels
+from ..state.models import Delivery, DlqEntry, Event, Message
 from ..state.workflows import WorkflowRun
 from . import records
 
@@ -91,21 +91,19 @@ def message_row(item: Message) -> dict[str, Any]:
     return row
 
 
+#: A DLQ row's fields as its record writes them (``records.DLQ_ENTRY``), and its message's.
+_DLQ_FIELDS = records.DLQ_ENTRY.only(
+    ("dlq_id", "message_id", "url", "created_at", "response_status")
+)
+_DLQ_MESSAGE_FIELDS = records.MESSAGE.only(("method", "labels", "workflow_run_id", "retried_from"))
+
+
 def dlq_row(item: DlqEntry) -> dict[str, Any]:
     message = item.message
-    row: dict[str, Any] = {
-        "dlq_id": item.dlq_id,
-        "message_id": item.message_id,
-        "method": message.method,
-        "url": item.url,
-        "labels": list(split_labels(message.label)),
-        "created_at": records.iso_time(item.created_at),
-        "attempts": len(message.deliveries),
-        "response_status": item.response_status,
-        "error": clip_text(item.error),
-        "workflow_run_id": message.workflow_run_id,
-        "retried_from": message.retried_from,
-    }
+    row = _DLQ_FIELDS(item)
+    row.update(_DLQ_MESSAGE_FIELDS(message))
+    row["attempts"] = len(message.deliveries)
+    row["error"] = clip_text(item.error)
     _with_body(row, "response_body", item.response_content)
     _with_body(row, "body", message.content)
     return row
