@@ -17,8 +17,9 @@ of the same names (``_options_read_by``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
-import typing
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -127,19 +128,19 @@ class Entry:
     #: attribute): attribute -> (root name, attribute).
     links: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
 
-    @property
+    @functools.cached_property
     def all_fields(self) -> tuple[Field, ...]:
         """Every field, in the class's order: a dataclass's own, each as its ``Field`` here
-        says when it has one; another class's as listed."""
+        says when it has one (its type's form otherwise); another class's as listed."""
         if not dataclasses.is_dataclass(self.cls):
             return self.fields
         declared = {field.attribute: field for field in self.fields}
-        hints = typing.get_type_hints(self.cls)
         made = []
         for f in dataclasses.fields(self.cls):
             field = declared.get(f.name) or Field(f.name)
             if field.form is None:
-                field = dataclasses.replace(field, form=form_of(hints[f.name]))
+                form = PLAIN if _scalar(f.type) else form_of(_resolved(self.cls, f.name, f.type))
+                field = Field(field.name, form, field.record, field.attr)
             made.append(field)
         return tuple(made)
 
@@ -152,16 +153,37 @@ class Entry:
 _OPTIONS_LEFT_OUT = frozenset({"callback_options", "failure_callback_options", "given"})
 
 
+_SCALARS = frozenset({"int", "str", "bool", "float", "None"})
+
+
+def _scalar(annotation: Any) -> bool:
+    """Whether a field's annotation (text, as ``from __future__ import annotations`` leaves
+    it) names scalars only: ``int``, ``str | None``..."""
+    if isinstance(annotation, str):
+        return all(part.strip() in _SCALARS for part in annotation.split("|"))
+    return annotation in (int, str, bool, float)
+
+
+def _resolved(cls: type, name: str, annotation: Any) -> Any:
+    """Field ``name``'s annotation as the type it names, read where the field is declared
+    (``typing.get_type_hints`` for one field: that resolves every field of the class, which
+    took most of this module's import)."""
+    if not isinstance(annotation, str):
+        return annotation
+    owner = next(c for c in cls.__mro__ if name in vars(c).get("__annotations__", {}))
+    # The package's own annotation text, evaluated as ``get_type_hints`` does.
+    return eval(annotation, vars(sys.modules[owner.__module__]), dict(vars(owner)))
+
+
 def _options_read_by(cls: type, *, hoisted: bool) -> tuple[Derived, ...]:
     """``cls``'s properties that read an option of the same name (a message's ``method`` is
     its ``options.method``), each rendered in the option's form, read from the option;
     ``hoisted``: written at the top level only, taken out of the rendered ``options`` (and
     put back there when read)."""
-    hints = typing.get_type_hints(MessageOptions)
     return tuple(
         Derived(
             f.name,
-            form_of(hints[f.name]),
+            form_of(_resolved(MessageOptions, f.name, f.type)),
             operator.attrgetter(f"options.{f.name}"),
             ("options", f.name) if hoisted else None,
         )
