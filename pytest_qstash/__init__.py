@@ -16,6 +16,7 @@ _WHERE = {
     "LifespanError": ".errors",
     "QStashFakeError": ".errors",
     "ReentrantCallError": ".errors",
+    "SettingError": ".errors",
     "UnroutedDeliveryError": ".errors",
     "FakeQStash": ".fake",
     "QStashOutsideFakeWarning": ".intercept",
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
         LifespanError,
         QStashFakeError,
         ReentrantCallError,
+        SettingError,
         UnroutedDeliveryError,
     )
     from .fake import FakeQStash
@@ -98,6 +100,7 @@ __all__ = [
     "Queue",
     "ReentrantCallError",
     "Schedule",
+    "SettingError",
     "StepGroup",
     "UnroutedDeliveryError",
     "UrlGroup",

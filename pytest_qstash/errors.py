@@ -83,6 +83,18 @@ class AsyncContextError(QStashFakeError, RuntimeError):
     """A blocking method was called inside a running event loop."""
 
 
+class SettingError(QStashFakeError, AttributeError):
+    """A setting the fake was built with was set on it: settings shape the fake when it is
+    built (the marker, the ini options, ``FakeQStash(...)``), and are read-only after."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"{name!r} is a setting the fake was built with, read-only after: give it to the "
+            f"marker (@pytest.mark.qstash({name}=...)), an ini option, or FakeQStash({name}=...)"
+        )
+        self.name = name
+
+
 def _base_of(url: str) -> str:
     scheme, _, rest = url.partition("://")
     host = rest.split("/", 1)[0].split("?", 1)[0]

@@ -28,9 +28,9 @@ from .delivery.handler_time import HandlerDuration, HandlerTimes
 from .delivery.mounts import MountTable
 from .delivery.transports import DEFAULT_DELIVERY_TIMEOUT_S, Sender
 from .durations import DRAIN_WITHIN, Duration, parse_duration_ms
-from .errors import AsyncContextError
+from .errors import AsyncContextError, SettingError
 from .query import Found
-from .regions import region_named
+from .regions import Region, region_named
 from .state import workflow_dlq
 from .state.account import Account
 from .state.clock import VirtualClock
@@ -141,8 +141,7 @@ class FakeQStash:
         ):
             raise TypeError(f"invalid base_urls {base_urls!r}: expected a list of URL strings")
         timeout_ms = parse_duration_ms(delivery_timeout, what="delivery_timeout")
-        #: The region deliveries come from (``regions.Region``), or None.
-        self.region = region_named(region) if region is not None else None
+        self._region = region_named(region) if region is not None else None
         if timeout_ms <= 0:
             raise ValueError(
                 f"invalid delivery_timeout={delivery_timeout!r}: expected a duration above "
@@ -185,7 +184,7 @@ class FakeQStash:
                 strict_routing=strict,
                 max_same_instant=max_deliveries_per_instant,
                 max_per_call=max_deliveries_per_call,
-                region=self.region.header if self.region is not None else None,
+                region=self._region.header if self._region is not None else None,
             ),
             on_time=self._app_clock.move_to,
             handler_times=self._handler_times,
@@ -203,27 +202,57 @@ class FakeQStash:
         self._dlq_read: set[str] = set()
 
     # -- settings, as given (read-only: they shape the fake when it is built) ---------------
+    # Setting one is refused (``SettingError``): each is read once, where the fake is built.
     @property
     def freeze_time(self) -> bool:
         return self._freeze_time
+
+    @freeze_time.setter
+    def freeze_time(self, value: object) -> None:
+        raise SettingError("freeze_time")
 
     @property
     def raise_app_exceptions(self) -> bool:
         return self._raise_app_exceptions
 
+    @raise_app_exceptions.setter
+    def raise_app_exceptions(self, value: object) -> None:
+        raise SettingError("raise_app_exceptions")
+
     @property
     def strict(self) -> bool:
         return self._strict
+
+    @strict.setter
+    def strict(self, value: object) -> None:
+        raise SettingError("strict")
 
     @property
     def retention(self) -> bool:
         """Whether the plan's retention forgets old records (see the ``retention`` option)."""
         return self.store.retention is not None
 
+    @retention.setter
+    def retention(self, value: object) -> None:
+        raise SettingError("retention")
+
     @property
     def delivery_timeout(self) -> float:
         """The bound on one delivery, in real seconds."""
         return self._sender.delivery_timeout_s
+
+    @delivery_timeout.setter
+    def delivery_timeout(self, value: object) -> None:
+        raise SettingError("delivery_timeout")
+
+    @property
+    def region(self) -> Region | None:
+        """The region deliveries come from (``regions.Region``), or None."""
+        return self._region
+
+    @region.setter
+    def region(self, value: object) -> None:
+        raise SettingError("region")
 
     # -- for the server mode: its own delivery loop over this fake --------------------------
     @property

@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request, Response
 from node_support import NODE_DIR, node_packages, publish_and_run_workflow
 from qstash import AsyncQStash, QStash, Receiver
 
-from pytest_qstash import FakeQStash
+from pytest_qstash import FakeQStash, SettingError
 from pytest_qstash.regions import region_named
 from pytest_qstash.server import ServerProcess
 from pytest_qstash.server.node import NodeApp
@@ -56,6 +56,27 @@ def test_in_process_deliveries_carry_the_region(qstash: FakeQStash) -> None:
     assert [d.status for d in qstash.tick()] == [200]
     assert seen == [{"body": "from us", "region": "US-EAST-1"}]
     assert qstash.deliveries[0].headers["Upstash-Region"] == "US-EAST-1"
+
+
+@pytest.mark.qstash(region="us-east-1")
+def test_setting_the_region_on_the_fake_is_refused_and_changes_nothing(
+    qstash: FakeQStash,
+) -> None:
+    """The region is read once, where the fake is built: setting it afterwards says so."""
+    seen: list[dict[str, Any]] = []
+    qstash.mount(APP, region_app(seen))
+    with pytest.raises(SettingError, match=r"'region' is a setting the fake was built with") as e:
+        qstash.region = "eu-central-1"  # type: ignore[assignment]
+    assert "@pytest.mark.qstash(region=...)" in str(e.value)
+    assert isinstance(e.value, AttributeError)  # as a read-only attribute's is
+    with pytest.raises(SettingError, match="'strict'"):
+        qstash.strict = False  # type: ignore[misc]
+    client = QStash(os.environ["QSTASH_TOKEN"], base_url=EU_HOST, retry=False)
+    client.message.publish(url=f"{APP}/hook", body="still us")
+
+    assert [d.status for d in qstash.tick()] == [200]
+    assert seen == [{"body": "still us", "region": "US-EAST-1"}]
+    assert qstash.region == region_named("us-east-1")
 
 
 @pytest.mark.anyio

@@ -18,7 +18,7 @@ from pytest_qstash.state.retry import (
     InvalidRetryDelay,
     RetryDelayExpression,
     default_backoff_ms,
-    next_retry_delay_ms,
+    delay_before_retry_ms,
     parse_retry_after,
 )
 
@@ -457,16 +457,16 @@ def test_works_with_httpx_headers() -> None:
     assert parse_retry_after(headers, NOW_MS) == 3000
 
 
-# --- next_retry_delay_ms -------------------------------------------------------------------
+# --- delay_before_retry_ms -------------------------------------------------------------------
 
 
 def test_next_delay_defaults_to_backoff_with_retry_number_retried_plus_one() -> None:
     for retried in range(6):
-        assert next_retry_delay_ms(
+        assert delay_before_retry_ms(
             retried=retried, expression=None, response_headers=None, now_ms=NOW_MS
         ) == default_backoff_ms(retried + 1)
     assert (
-        next_retry_delay_ms(retried=0, expression=None, response_headers={}, now_ms=NOW_MS)
+        delay_before_retry_ms(retried=0, expression=None, response_headers={}, now_ms=NOW_MS)
         == 12_182
     )
 
@@ -475,11 +475,13 @@ def test_next_delay_uses_expression_with_retries_done_so_far() -> None:
     expression = RetryDelayExpression("1000 * (1 + retried)")
     # First attempt failed: no retry done yet, so retried=0 -> 1000 ms.
     assert (
-        next_retry_delay_ms(retried=0, expression=expression, response_headers=None, now_ms=NOW_MS)
+        delay_before_retry_ms(
+            retried=0, expression=expression, response_headers=None, now_ms=NOW_MS
+        )
         == 1000
     )
     assert (
-        next_retry_delay_ms(retried=2, expression=expression, response_headers={}, now_ms=NOW_MS)
+        delay_before_retry_ms(retried=2, expression=expression, response_headers={}, now_ms=NOW_MS)
         == 3000
     )
 
@@ -488,17 +490,17 @@ def test_next_delay_headers_beat_expression_and_backoff() -> None:
     expression = RetryDelayExpression("1000")
     headers = {"retry-after": "7"}
     assert (
-        next_retry_delay_ms(
+        delay_before_retry_ms(
             retried=0, expression=expression, response_headers=headers, now_ms=NOW_MS
         )
         == 7000
     )
     assert (
-        next_retry_delay_ms(retried=0, expression=None, response_headers=headers, now_ms=NOW_MS)
+        delay_before_retry_ms(retried=0, expression=None, response_headers=headers, now_ms=NOW_MS)
         == 7000
     )
     assert (
-        next_retry_delay_ms(
+        delay_before_retry_ms(
             retried=1, expression=None, response_headers={"Retry-After": HTTP_DATE}, now_ms=NOW_MS
         )
         == 60_000
@@ -509,19 +511,19 @@ def test_next_delay_unusable_headers_fall_through() -> None:
     expression = RetryDelayExpression("1000")
     for headers in ({"Retry-After": "garbage"}, {"Retry-After": "90000"}, {"Other": "1"}):
         assert (
-            next_retry_delay_ms(
+            delay_before_retry_ms(
                 retried=0, expression=expression, response_headers=headers, now_ms=NOW_MS
             )
             == 1000
         )
-        assert next_retry_delay_ms(
+        assert delay_before_retry_ms(
             retried=1, expression=None, response_headers=headers, now_ms=NOW_MS
         ) == default_backoff_ms(2)
 
 
 def test_next_delay_propagates_expression_errors() -> None:
     with pytest.raises(InvalidRetryDelay, match="division by zero"):
-        next_retry_delay_ms(
+        delay_before_retry_ms(
             retried=0,
             expression=RetryDelayExpression("1 / retried"),
             response_headers=None,
@@ -531,12 +533,12 @@ def test_next_delay_propagates_expression_errors() -> None:
 
 def test_next_delay_rejects_negative_retried() -> None:
     with pytest.raises(ValueError, match="retried must be >= 0"):
-        next_retry_delay_ms(retried=-1, expression=None, response_headers=None, now_ms=NOW_MS)
+        delay_before_retry_ms(retried=-1, expression=None, response_headers=None, now_ms=NOW_MS)
 
 
 def test_next_delay_is_keyword_only() -> None:
     with pytest.raises(TypeError):
-        next_retry_delay_ms(0, None, None, NOW_MS)  # type: ignore[call-arg]
+        delay_before_retry_ms(0, None, None, NOW_MS)  # type: ignore[call-arg]
 
 
 def test_a_retry_delay_expression_pickles_as_its_text() -> None:

@@ -4,6 +4,7 @@ real HTTP on loopback between them, the real SDKs, ``requests`` and curl as clie
 from __future__ import annotations
 
 import asyncio
+import base64
 import http.server
 import json
 import os
@@ -18,6 +19,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import requests
 from ports import closed_port
@@ -498,3 +500,20 @@ def alive(pid: int) -> bool:
             return stat.read().split(") ")[1][0] != "Z"
     except OSError:
         return False
+
+
+def test_a_binary_body_reads_back_byte_exact_through_the_fixture(
+    qstash_server: ServerProcess, sdk: QStash
+) -> None:
+    body = bytes(range(256))  # every byte: no UTF-8
+    published = sdk.message.publish(url="https://example.com/hook", body=body, delay="1h")  # type: ignore[arg-type]
+    message_id = published.message_id  # type: ignore[union-attr]
+    assert qstash_server.messages.one(message_id=message_id).content == body
+    assert Client(qstash_server.url, qstash_server.token).messages.one().content == body
+    # The QStash API says it as QStash does: base64 beside no text.
+    got = httpx.get(
+        f"{qstash_server.url}/v2/messages/{message_id}",
+        headers={"Authorization": f"Bearer {qstash_server.token}"},
+    ).json()
+    assert "body" not in got
+    assert base64.b64decode(got["bodyBase64"]) == body

@@ -233,6 +233,8 @@ def _plainly(model: records.Model[Any], item: Any) -> dict[str, Any]:
     for wire in model.fields:
         value = model._get(item, wire.field) if model._get else getattr(item, wire.field)
         out[wire.name] = write(wire.kind, value)
+        if wire.kind is records.BYTES:  # and base64 beside, when the text is not the bytes
+            out[f"{wire.name}_base64"] = None if value is None else records.bytes_as_text(value)[1]
     for extra in model.derived:
         value = extra.read(item) if extra.read is not None else getattr(item, extra.name)
         out[extra.name] = write(extra.kind, value)
@@ -286,6 +288,17 @@ def test_a_body_that_is_not_json_reads_back_as_text(populated: FakeQStash) -> No
     assert copy.body == message.body  # the NUL byte too
     assert copy.retry_delay == "1000 * (1 + retried)"
     assert copy.deliveries[0].duration == message.deliveries[0].duration
+
+
+def test_bytes_that_are_not_utf8_read_back_as_they_were(populated: FakeQStash) -> None:
+    message = populated.messages.one(url=f"{SHOP}/fail")
+    binary = dataclasses.replace(message, content=bytes(range(256)))
+    rendered = json.loads(json.dumps(records.MESSAGE.render(binary)))
+    assert rendered["body"] == bytes(range(256)).decode(errors="replace")  # text, as before
+    assert records.MESSAGE.read(rendered).content == bytes(range(256))
+    plain = records.MESSAGE.render(message)
+    assert plain["body_base64"] is None  # UTF-8: the text is the bytes
+    assert records.MESSAGE.read(plain).content == message.content
 
 
 def test_what_a_message_was_published_with_is_written_once(populated: FakeQStash) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from ..state.models import FlowControl, Message
-from ..state.options import canonical, header_lists
+from ..state.options import MessageOptions, canonical, header_lists
 
 #: Query filters of a list or bulk endpoint: name -> the values given (OR-ed).
 Filters = dict[str, list[str]]
@@ -137,10 +137,17 @@ def message_fields(message: Message) -> dict[str, Any]:
         "label": message.labels[0] if message.labels else None,
         "labels": list(message.labels) or None,
         "workflowRunId": message.workflow_run_id,
+        "retryDelayExpression": backoff_text(message.options),
     }
     out = {k: v for k, v in fields.items() if v is not None}
     out.update(flow_control_fields(message.flow_control))
     return out
+
+
+def backoff_text(options: MessageOptions) -> str | None:
+    """The retry-delay expression a message or schedule was published with, as given."""
+    expression = options.retry_delay
+    return None if expression is None else expression.text
 
 
 def message_json(message: Message) -> dict[str, Any]:
@@ -159,8 +166,6 @@ def message_json(message: Message) -> dict[str, Any]:
         out["header"] = header_map(message.headers, message.redact)
     put_body(out, message.content, redact="body" in message.redact)
     out.update(message_fields(message))
-    if message.retry_delay is not None:
-        out["retryDelayExpression"] = message.retry_delay
     if message.callback_headers:
         out["callbackHeader"] = header_map(message.callback_headers)
     if message.failure_callback_headers:

@@ -240,8 +240,8 @@ def _message_fields(message: Message) -> dict[str, Any]:
             redacted(message.content) if "body" in message.redact else _b64(message.content)
         )
     out.update(message_fields(message))
-    if message.retry_delay is not None:
-        out["retryDelayExpr"] = out["retryDelayExpression"] = message.retry_delay
+    if "retryDelayExpression" in out:  # the log names it twice
+        out["retryDelayExpr"] = out["retryDelayExpression"]
     if message.timeout_ms is not None:
         out["timeout"] = message.timeout_ms  # milliseconds here, as the log docs say
     if message.callback_headers:

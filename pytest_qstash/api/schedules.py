@@ -11,6 +11,7 @@ from ..state.schedules import CronExpression, InvalidCron, Schedule
 from ..state.store import Store
 from ._http import (
     ApiError,
+    backoff_text,
     empty_response,
     flow_control_fields,
     header_map,
@@ -104,7 +105,7 @@ def schedule_json(store: Store, schedule: Schedule) -> dict[str, Any]:
         "callback": opts.callback,
         "failureCallback": opts.failure_callback,
         "queueName": schedule.queue,
-        "retryDelayExpression": opts.retry_delay.text if opts.retry_delay else None,
+        "retryDelayExpression": backoff_text(opts),
         # `Upstash-Label: a,b` is two labels, shown as a message's are.
         "label": labels[0] if labels else None,
         "labels": list(labels) or None,

@@ -108,7 +108,7 @@ def notify_run(store: Store, request: httpx.Request, run_id: str, event_id: str)
 
 def list_waiters(store: Store, request: httpx.Request, event_id: str) -> httpx.Response:
     """``GET /v2/waiters/{eventId}``: the waits in progress for the event, oldest first."""
-    return json_response([rules.waiter_json(w) for w in store.waiters.of_event(event_id)])
+    return json_response([waiter_json(w) for w in store.waiters.of_event(event_id)])
 
 
 def webhook(store: Store, request: httpx.Request, hook: str) -> httpx.Response:
@@ -161,7 +161,21 @@ def notify_answer(run: WorkflowRun, waiter: Waiter | None, message: Message | No
         "error": "",
     }
     if waiter is not None:
-        out["waiter"] = rules.waiter_json(waiter)
+        out["waiter"] = waiter_json(waiter)
     if message is not None:
         out["messageId"] = message.message_id
+    return out
+
+
+def waiter_json(waiter: Waiter) -> dict[str, Any]:
+    """A waiter as the Workflow API's ``Waiter`` schema has it."""
+    out: dict[str, Any] = {
+        "url": waiter.url,
+        "headers": {name: [value] for name, value in waiter.headers.items()},
+        "deadline": waiter.deadline_ms // 1000,
+        "timeoutUrl": waiter.timeout_url,
+        "timeoutHeaders": waiter.timeout_headers,
+    }
+    if waiter.timeout_body is not None:
+        out["timeoutBody"] = waiter.timeout_body
     return out

@@ -134,11 +134,11 @@ def delete_entries(store: Store, request: httpx.Request) -> httpx.Response:
 
 
 def resume_one(store: Store, request: httpx.Request, dlq_id: str) -> httpx.Response:
-    return json_response(wdlq.run_json(_act(store, request, Store.resume_run, dlq_id)))
+    return json_response(run_json(_act(store, request, Store.resume_run, dlq_id)))
 
 
 def restart_one(store: Store, request: httpx.Request, dlq_id: str) -> httpx.Response:
-    return json_response(wdlq.run_json(_act(store, request, Store.restart_run, dlq_id)))
+    return json_response(run_json(_act(store, request, Store.restart_run, dlq_id)))
 
 
 def resume_many(store: Store, request: httpx.Request) -> httpx.Response:
@@ -157,7 +157,7 @@ def retry_callback(store: Store, request: httpx.Request, dlq_id: str) -> httpx.R
         run = store.retry_failure_function(dlq_id, cause=cause_of(request))
     except FailureFunctionNotRetryable as exc:
         raise ApiError(400, str(exc)) from None
-    return json_response(wdlq.run_json(run))
+    return json_response(run_json(run))
 
 
 def cancel_callback(store: Store, request: httpx.Request, dlq_id: str) -> httpx.Response:
@@ -194,7 +194,7 @@ def _act_many(store: Store, request: httpx.Request, action: Action) -> httpx.Res
     overrides = override_options(store, request.headers)
     cause = cause_of(request)
     runs = [action(store, item.dlq_id, overrides, cause=cause) for item in targets]
-    out: dict[str, Any] = {"workflowRuns": [wdlq.run_json(run) for run in runs]}
+    out: dict[str, Any] = {"workflowRuns": [run_json(run) for run in runs]}
     if cursor is not None:
         out["cursor"] = cursor
     return json_response(out)
@@ -283,3 +283,8 @@ def _matches(item: WorkflowDlqEntry, filters: Filters) -> bool:
         (from_ms is not None and entry.created_ms < from_ms)
         or (to_ms is not None and entry.created_ms > to_ms)
     )
+
+
+def run_json(run: WorkflowRun) -> dict[str, Any]:
+    """A run as the Workflow API answers an action on a failed run."""
+    return {"workflowRunId": run.run_id, "workflowCreatedAt": run.created_ms}

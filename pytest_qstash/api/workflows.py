@@ -20,6 +20,7 @@ from ..state.workflows import NOT_FOUND, STEP, WorkflowRun, WorkflowStep
 from ._http import (
     ApiError,
     Filters,
+    backoff_text,
     empty_response,
     header_map,
     int_filter,
@@ -381,7 +382,7 @@ def _delivery_settings(message: Message) -> dict[str, Any]:
     return {
         "headers": header_map(message.headers, message.redact),
         "retries": message.max_retries,
-        "retryDelay": message.retry_delay or DEFAULT_RETRY_DELAY,
+        "retryDelay": backoff_text(message.options) or DEFAULT_RETRY_DELAY,
     }
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..state.models import Delivery, DlqEntry, Event, Message, split_labels
+from ..state.models import Delivery, DlqEntry, Event, Message
 from ..state.workflows import WorkflowRun
 from . import records
 
@@ -59,62 +59,65 @@ def _attempt(item: Delivery) -> dict[str, Any]:
     return row
 
 
+#: A message row's fields as its record writes them (``records.MESSAGE``).
+_MESSAGE_FIELDS = records.MESSAGE.only(
+    (
+        "message_id",
+        "state",
+        "method",
+        "url",
+        "labels",
+        "created_at",
+        "not_before",
+        "done",
+        "queue",
+        "url_group",
+        "schedule_id",
+        "workflow_run_id",
+        "callback_for",
+        "retried_from",
+    )
+)
+
+
 def message_row(item: Message) -> dict[str, Any]:
     last = item.deliveries[-1] if item.deliveries else None
-    row: dict[str, Any] = {
-        "message_id": item.message_id,
-        "state": item.state,
-        "method": item.method,
-        "url": item.url,
-        "labels": list(split_labels(item.label)),
-        "created_at": records.iso_time(item.created_at),
-        "not_before": records.iso_time(item.not_before),
-        "done": item.done,
-        # Attempts made and allowed: what the row and the opened message both count.
-        "attempts": len(item.deliveries),
-        "max_attempts": item.max_retries + 1,
-        "last": None if last is None else _attempt(last),
-        "queue": item.queue,
-        "url_group": item.url_group,
-        "schedule_id": item.schedule_id,
-        "workflow_run_id": item.workflow_run_id,
-        "callback_for": item.callback_for,
-        "retried_from": item.retried_from,
-    }
+    row = _MESSAGE_FIELDS(item)
+    # Attempts made and allowed: what the row and the opened message both count.
+    row["attempts"] = len(item.deliveries)
+    row["max_attempts"] = item.max_retries + 1
+    row["last"] = None if last is None else _attempt(last)
     _with_body(row, "body", item.content)
     return row
 
 
+#: A DLQ row's fields as its record writes them (``records.DLQ_ENTRY``), and its message's.
+_DLQ_FIELDS = records.DLQ_ENTRY.only(
+    ("dlq_id", "message_id", "url", "created_at", "response_status")
+)
+_DLQ_MESSAGE_FIELDS = records.MESSAGE.only(("method", "labels", "workflow_run_id", "retried_from"))
+
+
 def dlq_row(item: DlqEntry) -> dict[str, Any]:
     message = item.message
-    row: dict[str, Any] = {
-        "dlq_id": item.dlq_id,
-        "message_id": item.message_id,
-        "method": message.method,
-        "url": item.url,
-        "labels": list(split_labels(message.label)),
-        "created_at": records.iso_time(item.created_at),
-        "attempts": len(message.deliveries),
-        "response_status": item.response_status,
-        "error": clip_text(item.error),
-        "workflow_run_id": message.workflow_run_id,
-        "retried_from": message.retried_from,
-    }
+    row = _DLQ_FIELDS(item)
+    row.update(_DLQ_MESSAGE_FIELDS(message))
+    row["attempts"] = len(message.deliveries)
+    row["error"] = clip_text(item.error)
     _with_body(row, "response_body", item.response_content)
     _with_body(row, "body", message.content)
     return row
 
 
+#: A log line's row fields as its record writes them (``records.EVENT``).
+_EVENT_FIELDS = records.EVENT.only(
+    ("message_id", "state", "time", "url", "next_delivery_time", "response_status")
+)
+
+
 def event_row(item: Event) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "message_id": item.message_id,
-        "state": item.state,
-        "time": records.iso_time(item.time),
-        "url": item.url,
-        "error": clip_text(item.error),
-        "next_delivery_time": records.iso_time(item.next_delivery_time),
-        "response_status": item.response_status,
-    }
+    row = _EVENT_FIELDS(item)
+    row["error"] = clip_text(item.error)
     _with_body(row, "response_body", item.response_content)
     return row
 

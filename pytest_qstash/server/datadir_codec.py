@@ -2,21 +2,21 @@
 
 The state is a graph of objects (a DLQ entry and a log entry refer to the message they are
 about, a run to its messages, the clock's heap to due events): each object of a class in
-``KINDS`` becomes one row of its kind's table, its fields as JSON, and a reference to it is
-``{"$ref": n}``. So shared objects come back shared, and cycles are no problem.
+``KINDS`` (made from the field registry, ``fields.REGISTRY``) becomes one row of its kind's
+table, its fields as JSON under their public names, and a reference to it is ``{"$ref": n}``.
+So shared objects come back shared, and cycles are no problem.
 
 Only the classes in ``KINDS`` are ever built, with ``object.__new__`` and by setting their
 fields: no constructor, no ``__setstate__``, nothing named by the data runs. The few values
 that are not JSON (bytes, headers, tuples, a cron or retry-delay expression, the id
-generator's random state) are written as small tagged objects and rebuilt by the fixed
-function for their tag; an expression is saved as its text and parsed again. Anything else
-in the state is an error when writing (a new kind of object must be added here, with a
-``SCHEMA`` bump and a migration: ``tests/test_datadir_codec.py`` says so).
+generator's random state) are written as small tagged objects (``forms.TAGGED``) and rebuilt
+by the fixed function for their tag; an expression is saved as its text and parsed again.
+Anything else in the state is an error when writing (a new kind of object must be added to
+the registry, with a ``SCHEMA`` bump and a migration: ``tests/test_datadir_codec.py`` says so).
 """
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import functools
 import json
@@ -25,50 +25,15 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import httpx
-
-from ..api.faults import Fault
-from ..state.account import Account
-from ..state.attempts import Attempt, AttemptResult
-from ..state.clock import DueEvent, VirtualClock
-from ..state.dedup import Deduplication
-from ..state.dlq import DeadLetters
-from ..state.flow_control import FlowKey, FlowKeys
-from ..state.ids import IdGenerator
-from ..state.models import (
-    ApiCall,
-    Delivery,
-    DlqEntry,
-    Event,
-    FlowControl,
-    Invoker,
-    Message,
-    Waiter,
-)
-from ..state.options import MessageOptions
-from ..state.plans import Plan
-from ..state.queues import Queue, Queues
-from ..state.rejections import RejectedCall, RejectedCalls
-from ..state.retention import Retention, Trail
-from ..state.retry import InvalidRetryDelay, RetryDelayExpression
-from ..state.run_settings import RunSettings
-from ..state.schedules import CronExpression, InvalidCron, Schedule, Schedules
-from ..state.store import Store
-from ..state.url_groups import Endpoint, UrlGroup
-from ..state.waiters import Waiters
-from ..state.workflow_dlq import WorkflowDlqEntry
-from ..state.workflows import (
-    RunHeaders,
-    RunMember,
-    StepGroup,
-    WorkflowRun,
-    WorkflowRuns,
-    WorkflowStep,
-)
+from . import codegen
+from . import fields as registry
+from .fields import Entry
+from .forms import TAGGED, UNTAGGED
 
 #: The plain-data layout's version. Bump it whenever a saved class gains, loses or renames a
-#: field (or a kind comes or goes), and add a migration from the previous one to MIGRATIONS.
-#: (1 was the pickled layout of pytest-qstash 0.1, which is not read.)
+#: public field (or a kind comes or goes), and add a migration from the previous one to
+#: MIGRATIONS. (1 was the pickled layout of pytest-qstash 0.1, which is not read; 2 named the
+#: private attributes of the store's tables, 3 their public names.)
 SCHEMA = 3
 
 #: Plain data, as read from a data dir: ``meta``, ``roots`` (name: value) and ``kinds``
@@ -76,6 +41,48 @@ SCHEMA = 3
 Document = dict[str, Any]
 #: Migrations: ``MIGRATIONS[n]`` turns a schema ``n`` document into a schema ``n + 1`` one.
 MIGRATIONS: dict[int, Callable[[Document], None]] = {}
+
+#: Schema 2 saved the store's tables under their private attributes' names; schema 3 under
+#: public ones (the registry's). Written out, not derived: a migration never changes.
+_PUBLIC_NAMES_3 = {
+    "account": {"_current": "current", "_next": "next", "_token": "token"},
+    "clock": {"_heap": "heap", "_seq": "seq"},
+    "dedup_table": {"_ends": "ends", "_seen": "seen"},
+    "dlq_table": {"_seq": "seq"},
+    "id_generator": {"_random": "random"},
+    "rejection_table": {"_kept": "kept"},
+    "retention": {
+        "_dead": "dead",
+        "_deliveries": "deliveries",
+        "_dlq": "dlq",
+        "_events": "events",
+        "_finished": "finished",
+        "_finished_ms": "finished_ms",
+        "_runs": "runs",
+        "_workflows": "workflows",
+    },
+    "run_table": {"_members": "members"},
+    "schedule_table": {"_clock": "clock", "_ids": "ids"},
+    "store": {
+        "_attempt_seq": "attempt_seq",
+        "_callbacks_pending": "callbacks_pending",
+        "_generation": "generation",
+        "_global_waiting": "global_waiting",
+        "_published_day": "published_day",
+    },
+    "trails": {"_items": "items", "_start": "start"},
+    "waiter_table": {"_by_id": "by_id", "_count": "count", "_saved": "saved"},
+    "workflow_runs": {"_members": "members"},
+}
+
+
+def _public_names(document: Document) -> None:
+    """Schema 2 to 3: each row's private attribute names become the public ones."""
+    for kind, renamed in _PUBLIC_NAMES_3.items():
+        for fields in document["kinds"].get(kind, {}).values():
+            for old, new in renamed.items():
+                if type(fields) is dict and old in fields:
+                    fields[new] = fields.pop(old)
 
 
 def _messages_name_the_run_they_began(document: Document) -> None:
@@ -85,7 +92,12 @@ def _messages_name_the_run_they_began(document: Document) -> None:
         fields.setdefault("started_run_id", None)
 
 
-MIGRATIONS[2] = _messages_name_the_run_they_began
+def _to_schema_3(document: Document) -> None:
+    _public_names(document)
+    _messages_name_the_run_they_began(document)
+
+
+MIGRATIONS[2] = _to_schema_3
 
 
 class CodecError(ValueError):
@@ -98,25 +110,38 @@ class SavedError(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class Kind:
-    """A class whose objects are saved, field by field, under ``name``."""
+    """A class whose objects are saved, field by field, under ``name``: its registry entry
+    (``fields.REGISTRY``) as the data dir reads it."""
 
     name: str
     cls: type
-    #: For a class that is no dataclass: the fields it has (its ``__init__`` sets them).
-    declared: tuple[str, ...] = ()
+    #: Per saved field: its key in a row (its public name) and the attribute that holds it.
+    saved: tuple[tuple[str, str], ...]
     #: Fields not saved, and what they are on load (a cache, a callback the owner sets).
     transient: Mapping[str, Callable[[], Any]] = dataclasses.field(default_factory=dict)
     #: Fields that are another object's collection, the very same one (not saved; on load,
     #: that root's attribute): field -> (root name, attribute).
     links: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
 
+    @classmethod
+    def of(cls, entry: Entry) -> Kind:
+        skipped = set(entry.transient) | set(entry.links)
+        saved = tuple(
+            (field.name, field.attribute)
+            for field in entry.all_fields
+            if field.attribute not in skipped
+        )
+        return cls(entry.table, entry.cls, saved, entry.transient, entry.links)
+
     @functools.cached_property
     def fields(self) -> tuple[str, ...]:
-        if self.dataclass:
-            names = tuple(f.name for f in dataclasses.fields(self.cls))
-        else:
-            names = self.declared
-        return tuple(n for n in names if n not in self.transient and n not in self.links)
+        """The saved fields' keys: the data dir's schema."""
+        return tuple(key for key, _ in self.saved)
+
+    @functools.cached_property
+    def declared(self) -> tuple[str, ...]:
+        """The attributes that hold the saved fields."""
+        return tuple(attribute for _, attribute in self.saved)
 
     @functools.cached_property
     def dataclass(self) -> bool:
@@ -141,25 +166,25 @@ class Kind:
         of a row is in it. None for the other kinds (the generic loop in ``Decoder.fill``)."""
         if not self.dataclass or self.mapping or self.transient or self.links:
             return None
-        return _make_filler(self.cls, self.field_defaults)
+        return codegen.filler(self.cls, self.field_defaults, _MISSING, _SCALARS, _MissingField)
 
     @functools.cached_property
-    def field_defaults(self) -> tuple[tuple[str, Any, Callable[[], Any] | None], ...]:
-        """Per saved field: its name, the shared default a row that leaves it out takes (a
-        plain value, never a list or dict; else ``_MISSING``), and what makes its default
-        otherwise (None: the field has none, a row must have it)."""
+    def field_defaults(self) -> tuple[tuple[str, str, Any, Callable[[], Any] | None], ...]:
+        """Per saved field: its key, its attribute, the shared default a row that leaves it
+        out takes (a plain value, never a list or dict; else ``_MISSING``), and what makes
+        its default otherwise (None: the field has none, a row must have it)."""
         plan = []
-        for name in self.fields:
-            shared = self.plain_defaults.get(name, _MISSING)
+        for key, attribute in self.saved:
+            shared = self.plain_defaults.get(attribute, _MISSING)
             if type(shared) in (list, dict):
                 shared = _MISSING
-            plan.append((name, shared, self.defaults.get(name)))
+            plan.append((key, attribute, shared, self.defaults.get(attribute)))
         return tuple(plan)
 
     @functools.cached_property
     def plain_defaults(self) -> dict[str, Any]:
-        """Fields whose default is a plain value (or an empty list or dict): a row leaves
-        them out while they hold it, which keeps rows small."""
+        """Fields (by attribute) whose default is a plain value (or an empty list or dict):
+        a row leaves them out while they hold it, which keeps rows small."""
         plain: dict[str, Any] = {}
         for name, make in self.defaults.items():
             value = make()
@@ -169,106 +194,8 @@ class Kind:
         return plain
 
 
-def _kind(name: str, cls: type, *declared: str, **transient: Callable[[], Any]) -> Kind:
-    return Kind(name, cls, declared, transient)
-
-
 #: Every class a data dir may hold: nothing else is ever built from one.
-KINDS: tuple[Kind, ...] = (
-    _kind(
-        "store",
-        Store,
-        "clock",
-        "ids",
-        "account",
-        "default_retries",
-        "messages",
-        "events",
-        "dlq",
-        "dedup",
-        "url_groups",
-        "schedules",
-        "queues",
-        "flow_keys",
-        "_generation",
-        "_callbacks_pending",
-        "workflows",
-        "waiters",
-        "api_errors",
-        "deliveries",
-        "in_flight",
-        "plan",
-        "global_parallelism",
-        "_global_waiting",
-        "max_response_ms",
-        "_attempt_seq",
-        "_published_day",
-        "retention",
-    ),
-    # The store points it at its retention's ``expire`` (a restored retention is that one).
-    _kind("clock", VirtualClock, "now_ms", "_heap", "_seq", on_move=lambda: None),
-    _kind("account", Account, "_token", "_current", "_next"),
-    _kind("id_generator", IdGenerator, "_random", "drawn"),
-    _kind("dedup_table", Deduplication, "window_ms", "_seen", "_ends"),
-    _kind("dlq_table", DeadLetters, "_seq"),
-    _kind("schedule_table", Schedules, "_clock", "_ids", "dedup"),
-    _kind("queue_table", Queues),
-    _kind("flow_key_table", FlowKeys),
-    # The store sets its callback on the one it owns (a restored one is that one).
-    _kind("run_table", WorkflowRuns, "runs", "_members", on_end=lambda: None),
-    _kind("waiter_table", Waiters, "_by_id", "_saved", "_count"),
-    _kind("rejection_table", RejectedCalls, "_kept", "total"),
-    _kind("trails", Trail, "_items", "_start", "dropped"),
-    Kind(
-        "retention",
-        Retention,
-        (
-            "log_ms",
-            "dlq_ms",
-            "_events",
-            "_deliveries",
-            "_dlq",
-            "_workflows",
-            "_finished",
-            "_finished_ms",
-            "_runs",
-            "_dead",
-            "forgotten",
-        ),
-        links={
-            "_messages": ("store", "messages"),
-            "_forget_message": ("store", "forget_message"),
-            "_awaits_callbacks": ("store", "awaits_callbacks"),
-        },
-    ),
-    _kind("messages", Message),
-    _kind("deliveries", Delivery),
-    _kind("dlq", DlqEntry),
-    _kind("events", Event),
-    _kind("flow_controls", FlowControl),
-    _kind("api_calls", ApiCall),
-    _kind("waiters", Waiter),
-    _kind("message_options", MessageOptions),
-    _kind("run_settings", RunSettings),
-    _kind("attempts", Attempt),
-    _kind("attempt_results", AttemptResult),
-    _kind("plans", Plan),
-    _kind("url_group_endpoints", Endpoint),
-    _kind("url_groups", UrlGroup),
-    _kind("invokers", Invoker),
-    _kind("run_headers", RunHeaders),
-    _kind("workflow_steps", WorkflowStep),
-    _kind("step_groups", StepGroup),
-    _kind("run_members", RunMember),
-    _kind("workflow_runs", WorkflowRun),
-    _kind("workflow_dlq", WorkflowDlqEntry),
-    _kind("due_events", DueEvent),
-    _kind("schedules", Schedule),
-    _kind("flow_keys", FlowKey),
-    _kind("queues", Queue),
-    _kind("rejections", RejectedCall),
-    _kind("faults", Fault),
-)
+KINDS: tuple[Kind, ...] = tuple(Kind.of(entry) for entry in registry.REGISTRY)
 _BY_CLASS: dict[type, Kind] = {kind.cls: kind for kind in KINDS}
 _BY_NAME: dict[str, Kind] = {kind.name: kind for kind in KINDS}
 #: The kinds' names: a data dir's tables beside ``meta`` and ``roots``.
@@ -281,39 +208,26 @@ def fingerprint() -> dict[str, tuple[str, ...]]:
 
 
 # -- writing ---------------------------------------------------------------------------------
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
-
-
-def _latin1(pairs: Iterable[tuple[bytes, bytes]]) -> list[list[str]]:
-    return [[name.decode("latin-1"), value.decode("latin-1")] for name, value in pairs]
-
-
 class Encoder:
     """Writes objects as rows (``rows[kind]``: (id, fields as JSON)) and values as JSON-able
     data referring to them."""
 
-    def __init__(self) -> None:
+    def __init__(self, known: Iterable[Kind] = KINDS) -> None:
+        self._by_class = _BY_CLASS if known is KINDS else {kind.cls: kind for kind in known}
         self._ids: dict[int, int] = {}
         self._pending: list[Any] = []
         self.rows: dict[str, list[tuple[int, str]]] = {}
         self._values: dict[type, Callable[[Any], Any]] = {
-            bytes: lambda v: {"$bytes": _b64(v)},
             list: lambda v: [self.value(item) for item in v],
             tuple: lambda v: {"$tuple": [self.value(item) for item in v]},
             set: lambda v: {"$set": [self.value(item) for item in v]},
             frozenset: lambda v: {"$frozenset": [self.value(item) for item in v]},
             deque: lambda v: {"$deque": [self.value(item) for item in v], "maxlen": v.maxlen},
             dict: self._dict,
-            httpx.Headers: lambda v: {"$headers": _latin1(v.raw)},
-            httpx.URL: lambda v: {"$url": str(v)},
-            httpx.Request: lambda v: {
-                "$request": [v.method, str(v.url), _latin1(v.headers.raw), _b64(v.content)]
-            },
             random.Random: lambda v: {"$random": _random_state(v)},
-            RetryDelayExpression: lambda v: {"$retry_delay": v.text},
-            CronExpression: lambda v: {"$cron": v.text},
         }
+        for t, (tag, write) in TAGGED.items():
+            self._values[t] = functools.partial(_tagged, tag, write)
 
     def value(self, v: Any) -> Any:
         t = type(v)
@@ -322,13 +236,13 @@ class Encoder:
         write = self._values.get(t)
         if write is not None:
             return write(v)
-        if t in _BY_CLASS:
+        if t in self._by_class:
             return {"$ref": self._ref(v)}
         if isinstance(v, BaseException):
             return {"$error": f"{t.__name__}: {v}"}
         raise CodecError(
             f"cannot save a {t.__module__}.{t.__qualname__} in a data dir: add it to "
-            "pytest_qstash/server/datadir_codec.py (KINDS, SCHEMA and a migration)"
+            "pytest_qstash/server/fields.py (REGISTRY), with a SCHEMA bump and a migration"
         )
 
     def _dict(self, v: dict[Any, Any]) -> Any:
@@ -353,26 +267,30 @@ class Encoder:
         return value
 
     def _write(self, obj: Any) -> None:
-        kind = _BY_CLASS[type(obj)]
+        kind = self._by_class[type(obj)]
         plain, value = kind.plain_defaults, self.value
         fields = {}
-        for name in kind.fields:
-            v = getattr(obj, name)
-            if name in plain:
-                default = plain[name]
+        for key, attribute in kind.saved:
+            v = getattr(obj, attribute)
+            if attribute in plain:
+                default = plain[attribute]
                 if v is default or (type(v) is type(default) and v == default):
                     continue
-            fields[name] = value(v)
+            fields[key] = value(v)
         if not kind.dataclass and hasattr(obj, "__dict__"):
             unknown = set(vars(obj)) - set(kind.declared) - set(kind.transient) - set(kind.links)
             if unknown:
                 raise CodecError(
                     f"{type(obj).__qualname__} has fields the data dir does not know: "
-                    f"{sorted(unknown)} (declare them in datadir_codec.KINDS, bump SCHEMA)"
+                    f"{sorted(unknown)} (declare them in fields.REGISTRY, bump SCHEMA)"
                 )
         if kind.mapping:
             fields["$items"] = self._dict(obj)
         self.rows.setdefault(kind.name, []).append((self._ids[id(obj)], json.dumps(fields)))
+
+
+def _tagged(tag: str, write: Callable[[Any], Any], value: Any) -> dict[str, Any]:
+    return {tag: write(value)}
 
 
 def _random_state(generator: random.Random) -> list[Any]:
@@ -386,26 +304,28 @@ class Decoder:
     refer to them. ``into`` maps row ids to live objects to restore in place (the engine's
     own store, clock...: whatever else refers to them keeps doing so)."""
 
-    def __init__(self, kinds: Mapping[str, Mapping[int, Any]], into: Mapping[int, Any]) -> None:
+    def __init__(
+        self,
+        kinds: Mapping[str, Mapping[int, Any]],
+        into: Mapping[int, Any],
+        known: Iterable[Kind] = KINDS,
+    ) -> None:
+        self._by_name = _BY_NAME if known is KINDS else {kind.name: kind for kind in known}
         self._objects: dict[int, Any] = {}
         self._readers: dict[str, Callable[[Any], Any]] = {
             "$ref": self._deref,
-            "$bytes": _unb64,
             "$tuple": lambda v: tuple(self._list(v)),
             "$set": lambda v: set(self._keys(v)),
             "$frozenset": lambda v: frozenset(self._keys(v)),
             "$map": self._map,
-            "$headers": lambda v: httpx.Headers(_pairs(v)),
-            "$url": lambda v: httpx.URL(_text(v)),
-            "$request": self._request,
             "$random": _random,
-            "$retry_delay": _retry_delay,
-            "$cron": _cron,
             "$error": lambda v: SavedError(_text(v)),
         }
+        # Their ``ValueError``/``TypeError`` on a malformed value is refused by ``decode``.
+        self._readers.update(UNTAGGED)
         objects = self._objects
         for name, rows in kinds.items():
-            kind = _BY_NAME.get(name)
+            kind = self._by_name.get(name)
             if kind is None:
                 raise CodecError(f"unknown kind of object {name!r}")
             cls = kind.cls
@@ -431,7 +351,7 @@ class Decoder:
         """Set every object's fields (after all exist: references go any way)."""
         value, set_field, scalars = self.value, object.__setattr__, _SCALARS
         for name, rows in self._rows.items():
-            kind = _BY_NAME[name]
+            kind = self._by_name[name]
             names = frozenset(kind.fields) | ({"$items"} if kind.mapping else frozenset())
             filler = kind.filler
             if filler is not None:
@@ -459,7 +379,7 @@ class Decoder:
                     if not hasattr(obj, field_name):
                         set_field(obj, field_name, fresh())
                 get = fields.get
-                for field_name, shared, make in plan:
+                for field_name, attribute, shared, make in plan:
                     v = get(field_name, _MISSING)
                     if v is _MISSING:
                         if shared is not _MISSING:
@@ -470,7 +390,7 @@ class Decoder:
                             raise CodecError(f"{name} {n}: missing field {field_name!r}")
                     elif v is not None and type(v) not in scalars:
                         v = value(v)
-                    set_field(obj, field_name, v)
+                    set_field(obj, attribute, v)
                 if kind.mapping:
                     items = value(fields.get("$items", {}))
                     if not isinstance(items, dict):
@@ -481,7 +401,7 @@ class Decoder:
     def link(self, roots: Mapping[str, Any]) -> None:
         """Point linked fields at the roots' collections they share."""
         for name, rows in self._rows.items():
-            kind = _BY_NAME[name]
+            kind = self._by_name[name]
             for field_name, (root, attribute) in kind.links.items():
                 owner = roots.get(root)
                 for n in rows:
@@ -549,17 +469,6 @@ class Decoder:
             raise CodecError(f"a reference to no object ({v!r})")
         return self._objects[v]
 
-    def _request(self, v: Any) -> httpx.Request:
-        if type(v) is not list or len(v) != 4:
-            raise CodecError("a request is [method, url, headers, body]")
-        method, url, headers, content = v
-        try:
-            return httpx.Request(
-                _text(method), _text(url), headers=_pairs(headers), content=_unb64(content)
-            )
-        except (httpx.InvalidURL, ValueError, TypeError) as exc:
-            raise CodecError(f"an unreadable request: {exc}") from None
-
 
 _PLAIN_KEYS = (str, int, float, bool, type(None), bytes)
 #: JSON values that are themselves (no tag to read).
@@ -569,41 +478,6 @@ _MISSING: Any = object()
 
 class _MissingField(Exception):
     """A row without a field that has no default (the caller names the row)."""
-
-
-def _make_filler(
-    cls: type, plan: tuple[tuple[str, Any, Callable[[], Any] | None], ...]
-) -> Callable[[Any, Mapping[str, Any], Callable[[Any], Any]], None]:
-    """``fill(obj, row, value)`` for a dataclass, from its ``Kind.field_defaults``: per field,
-    the row's value (through ``value`` unless it is a scalar), else its default."""
-    frozen = cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
-    namespace: dict[str, Any] = {
-        "MISSING": _MISSING,
-        "SCALARS": _SCALARS,
-        "MissingField": _MissingField,
-        "set_field": object.__setattr__,
-    }
-    lines = ["def fill(obj, row, value):", "    get = row.get"]
-    for i, (name, shared, make) in enumerate(plan):
-        if not name.isidentifier():  # a dataclass field always is: never trust, though
-            raise CodecError(f"{cls.__qualname__} has a field named {name!r}")
-        lines.append(f"    v = get({name!r}, MISSING)")
-        if shared is not _MISSING:
-            namespace[f"D{i}"] = shared
-            lines.append(f"    if v is MISSING: v = D{i}")
-        elif make is not None:
-            namespace[f"F{i}"] = make
-            lines.append(f"    if v is MISSING: v = F{i}()")
-        else:
-            lines.append(f"    if v is MISSING: raise MissingField({name!r})")
-        lines.append("    elif v is not None and type(v) not in SCALARS: v = value(v)")
-        if frozen:
-            lines.append(f"    set_field(obj, {name!r}, v)")
-        else:
-            lines.append(f"    obj.{name} = v")
-    exec("\n".join(lines), namespace)  # our own field names only, as dataclasses does
-    filler: Callable[[Any, Mapping[str, Any], Callable[[Any], Any]], None] = namespace["fill"]
-    return filler
 
 
 def _same(value: Any) -> Any:
@@ -627,27 +501,6 @@ def _text(v: Any) -> str:
     return v
 
 
-def _unb64(v: Any) -> bytes:
-    try:
-        return base64.b64decode(_text(v), validate=True)
-    except ValueError:
-        raise CodecError("unreadable bytes (not base64)") from None
-
-
-def _pairs(v: Any) -> list[tuple[bytes, bytes]]:
-    if type(v) is not list:
-        raise CodecError("headers are a list of [name, value]")
-    pairs = []
-    for pair in v:
-        if type(pair) is not list or len(pair) != 2:
-            raise CodecError("headers are a list of [name, value]")
-        try:
-            pairs.append((_text(pair[0]).encode("latin-1"), _text(pair[1]).encode("latin-1")))
-        except UnicodeEncodeError:
-            raise CodecError("a header beyond latin-1") from None
-    return pairs
-
-
 def _random(v: Any) -> random.Random:
     generator = random.Random()
     try:
@@ -660,30 +513,26 @@ def _random(v: Any) -> random.Random:
     return generator
 
 
-def _retry_delay(v: Any) -> RetryDelayExpression:
-    try:
-        return RetryDelayExpression(_text(v))
-    except InvalidRetryDelay as exc:
-        raise CodecError(str(exc)) from None
-
-
-def _cron(v: Any) -> CronExpression:
-    try:
-        return CronExpression.parse(_text(v))
-    except InvalidCron as exc:
-        raise CodecError(str(exc)) from None
-
-
 # -- whole documents -------------------------------------------------------------------------
-def encode(roots: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, list[tuple[int, str]]]]:
+def kinds_of(entries: Iterable[Entry]) -> tuple[Kind, ...]:
+    """The kinds of a registry (``fields.REGISTRY``, or a copy of it that a test changed)."""
+    return tuple(Kind.of(entry) for entry in entries)
+
+
+def encode(
+    roots: Mapping[str, Any], known: Iterable[Kind] = KINDS
+) -> tuple[dict[str, Any], dict[str, list[tuple[int, str]]]]:
     """The roots' values (plain data) and every object they reach, as rows by kind."""
-    encoder = Encoder()
+    encoder = Encoder(known)
     values = {name: encoder.root(obj) for name, obj in roots.items()}
     return values, encoder.rows
 
 
 def decode(
-    document: Document, into: Mapping[str, Any], optional: frozenset[str] = frozenset()
+    document: Document,
+    into: Mapping[str, Any],
+    optional: frozenset[str] = frozenset(),
+    known: Iterable[Kind] = KINDS,
 ) -> dict[str, Any]:
     """The roots of a (current schema) document, its objects built; roots named in ``into``
     are restored into those objects (those in ``optional`` when the document has them)."""
@@ -697,7 +546,7 @@ def decode(
             raise CodecError(f"the saved state has no {name}")
         targets[value["$ref"]] = live
     try:
-        decoder = Decoder(document["kinds"], targets)
+        decoder = Decoder(document["kinds"], targets, known)
         decoder.fill()
         decoded = {name: decoder.value(value) for name, value in roots.items()}
         decoder.link(decoded)

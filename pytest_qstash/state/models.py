@@ -7,14 +7,19 @@ Times are stored as integer milliseconds since the epoch (exact, cheap to compar
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, Protocol
 
 import httpx
 
-from .retry import RetryDelayExpression
+from .retry import (
+    InvalidRetryDelay,
+    RetryDelayExpression,
+    default_backoff_ms,
+    delay_before_retry_ms,
+)
 
 MessageState = Literal[
     "CREATED", "ACTIVE", "RETRY", "ERROR", "DELIVERED", "FAILED", "CANCEL_REQUESTED", "CANCELED"
@@ -335,6 +340,21 @@ class Message:
         """The ``Upstash-Retry-Delay`` expression as given."""
         expression = self.options.retry_delay
         return None if expression is None else expression.text
+
+    def delay_before_retry_ms(self, response_headers: Mapping[str, str] | None, now_ms: int) -> int:
+        """How long to wait before retrying this message, whose attempt just failed with
+        ``response_headers`` (``retry.delay_before_retry_ms``). An expression that cannot be
+        evaluated for this retry (valid when published, an overflow now) gives QStash's
+        default backoff rather than lose the message."""
+        try:
+            return delay_before_retry_ms(
+                retried=self.retried,
+                expression=self.options.retry_delay,
+                response_headers=response_headers,
+                now_ms=now_ms,
+            )
+        except InvalidRetryDelay:
+            return default_backoff_ms(self.retried + 1)
 
     @property
     def timeout_ms(self) -> int | None:

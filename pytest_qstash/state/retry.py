@@ -42,7 +42,7 @@ __all__ = [
     "InvalidRetryDelay",
     "RetryDelayExpression",
     "default_backoff_ms",
-    "next_retry_delay_ms",
+    "delay_before_retry_ms",
     "parse_retry_after",
 ]
 
@@ -550,7 +550,7 @@ def parse_retry_after(headers: Mapping[str, str], now_ms: int) -> int | None:
 # ------------------------------------------------------------------------------------------
 
 
-def next_retry_delay_ms(
+def delay_before_retry_ms(
     *,
     retried: int,
     expression: RetryDelayExpression | None,

@@ -42,9 +42,6 @@ from .rejections import RejectedCall, RejectedCalls
 from .retention import Retention, Trail
 from .retry import (
     DEFAULT_RETRIES,
-    InvalidRetryDelay,
-    default_backoff_ms,
-    next_retry_delay_ms,
 )
 from .schedules import CronExpression, Schedule, Schedules
 from .url_groups import Endpoint, UnknownDestination, UrlGroup
@@ -498,18 +495,7 @@ class Store:
         self._record(message.error(result, now))
         if result.non_retryable or message.retried >= message.max_retries:
             return self._fail(message, result)
-        try:
-            delay = next_retry_delay_ms(
-                retried=message.retried,
-                expression=message.options.retry_delay,
-                response_headers=result.headers,
-                now_ms=now,
-            )
-        except InvalidRetryDelay:
-            # The expression was valid at publish but not for this value of `retried`
-            # (e.g. overflow): fall back to QStash's default backoff rather than lose it.
-            delay = default_backoff_ms(message.retried + 1)
-        due = now + delay
+        due = now + message.delay_before_retry_ms(result.headers, now)
         self._record(message.retry(due, now))
         self._plan_delivery(message, due)
         return None

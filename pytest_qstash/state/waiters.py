@@ -145,20 +145,6 @@ def new_waiter(
     )
 
 
-def waiter_json(waiter: Waiter) -> dict[str, Any]:
-    """A waiter as the Workflow API's ``Waiter`` schema has it."""
-    out: dict[str, Any] = {
-        "url": waiter.url,
-        "headers": {name: [value] for name, value in waiter.headers.items()},
-        "deadline": waiter.deadline_ms // 1000,
-        "timeoutUrl": waiter.timeout_url,
-        "timeoutHeaders": waiter.timeout_headers,
-    }
-    if waiter.timeout_body is not None:
-        out["timeoutBody"] = waiter.timeout_body
-    return out
-
-
 def resume_step(waiter: Waiter, data: bytes | None) -> tuple[str, bytes, MessageOptions]:
     """The wait step going back into its run, notified with ``data`` or timed out (None):
     where it goes, its body and what it is published with."""

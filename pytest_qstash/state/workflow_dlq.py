@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import httpx
 
@@ -186,10 +185,6 @@ def cancel_failure_function(store: Engine, dlq_id: str) -> WorkflowRun:
 def continuations(store: Engine, dlq_id: str) -> list[WorkflowRun]:
     """The runs that resumed or restarted the entry ``dlq_id``."""
     return [run for run in store.workflows if run.resumed_from == dlq_id]
-
-
-def run_json(run: WorkflowRun) -> dict[str, Any]:
-    return {"workflowRunId": run.run_id, "workflowCreatedAt": run.created_ms}
 
 
 # -- internals ------------------------------------------------------------------------------
