@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 import time
 import warnings
@@ -64,9 +65,22 @@ def make_worker_app() -> FastAPI:
 
 def run_to_its_wait(app_client: TestClient) -> None:
     """Returns once the TestClient's loop has run what was ready on it (its lifespan worker, up
-    to its wait on the queue): a call through the client's portal, which that loop runs after
-    the callbacks queued before it."""
-    app_client.portal.call(anyio.sleep, 0)
+    to its wait on the queue) and sleeps in its selector, where only a wake-up brings it back.
+
+    A call through the client's portal runs after the callbacks queued before it; the loop may
+    still be finishing that call's own bookkeeping when the call returns, and a callback put
+    on its ready queue then (as a put from another loop does) would run without a wake-up. So
+    the test also waits, bounded, until the loop's thread is inside ``select``."""
+    ident = app_client.portal.call(threading.get_ident)
+    deadline = time.monotonic() + 10
+    while True:
+        frame = sys._current_frames().get(ident)
+        code = frame.f_code if frame is not None else None
+        in_select = code is not None and code.co_name in ("select", "poll")
+        if in_select and code is not None and code.co_filename.endswith("selectors.py"):
+            return
+        assert time.monotonic() < deadline, "the TestClient's loop never went back to its wait"
+        time.sleep(0.001)  # polls an observable state, bounded by the deadline
 
 
 def make_sleeping_app() -> FastAPI:
