@@ -47,9 +47,9 @@ SDIST_MUST = [
 #: Files besides the modules the wheel must ship (the dashboard's page works offline).
 WHEEL_MUST = [
     "pytest_qstash/py.typed",
-    "pytest_qstash/server/static/dashboard.html",
-    "pytest_qstash/server/static/dashboard.js",
-    "pytest_qstash/server/static/dashboard.css",
+    "pytest_qstash/server/dashboard/static/dashboard.html",
+    "pytest_qstash/server/dashboard/static/dashboard.js",
+    "pytest_qstash/server/dashboard/static/dashboard.css",
 ]
 #: Checked in the installed distribution's metadata, from the wheel and from the sdist alike.
 METADATA_MUST = [

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 # The environment the pytest plugin sets before collection; apps (and the SDKs) read it.
-from pytest_qstash.state.account import DEFAULT_ENV
+from pytest_qstash.engine.account import DEFAULT_ENV
 
 for _name, _value in DEFAULT_ENV.items():
     os.environ.setdefault(_name, _value)
@@ -28,7 +28,7 @@ from starlette.requests import Request  # noqa: E402
 from starlette.responses import PlainTextResponse, Response  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
-from pytest_qstash.appclock import make_app_clock  # noqa: E402
+from pytest_qstash.testing.appclock import make_app_clock  # noqa: E402
 
 # A realistic process for the fixture-cost budget: the web stacks and both SDKs loaded.
 WEB_STACKS = ("django", "django.test", "fastapi", "flask", "upstash_workflow")

@@ -23,7 +23,7 @@ import requests
 from qstash import QStash
 
 from pytest_qstash.server import AppProcess, ServerProcess
-from pytest_qstash.server.dashboard import DASHBOARD_PATH, dashboard_link
+from pytest_qstash.server.dashboard.routes import DASHBOARD_PATH, dashboard_link
 
 HERE = Path(__file__).resolve().parent
 MIB = 1024 * 1024

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from pytest_qstash.state.account import DEFAULT_ENV
+from pytest_qstash.engine.account import DEFAULT_ENV
 
 for _name, _value in DEFAULT_ENV.items():
     os.environ.setdefault(_name, _value)

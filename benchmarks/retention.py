@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from pytest_qstash.state.account import DEFAULT_ENV
+from pytest_qstash.engine.account import DEFAULT_ENV
 
 for _name, _value in DEFAULT_ENV.items():
     os.environ.setdefault(_name, _value)
@@ -55,7 +55,7 @@ from starlette.responses import Response  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
 from pytest_qstash import FakeQStash  # noqa: E402
-from pytest_qstash.state.plans import plan_named  # noqa: E402
+from pytest_qstash.engine.plans import plan_named  # noqa: E402
 
 APP_BASE = "https://app.bench"
 HOOK = f"{APP_BASE}/hook"

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pytest_qstash.state.account import DEFAULT_ENV
+from pytest_qstash.engine.account import DEFAULT_ENV
 
 for _name, _value in DEFAULT_ENV.items():
     os.environ.setdefault(_name, _value)
@@ -50,7 +50,7 @@ from qstash import QStash  # noqa: E402
 
 from pytest_qstash import FakeQStash  # noqa: E402
 from pytest_qstash.server import AppProcess, ServerProcess  # noqa: E402
-from pytest_qstash.server.pools import OriginPools  # noqa: E402
+from pytest_qstash.server.runner.pools import OriginPools  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 #: A publish journaled on disk against one in memory.

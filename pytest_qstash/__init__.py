@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import _moved
+
+_moved.install()
+
 # The names below load on first use (PEP 562): the pytest plugin imports this package in every
 # run, and a run that never uses QStash should not pay for the engine, respx and httpx.
 _WHERE = {
-    "Fault": ".api.faults",
-    "AppClockWarning": ".appclock",
-    "parse_duration_ms": ".durations",
+    "Fault": ".wire.faults",
+    "AppClockWarning": ".testing.appclock",
+    "parse_duration_ms": ".engine.durations",
     "AsyncContextError": ".errors",
     "DeliveryLoopError": ".errors",
     "DeliveryTimeoutError": ".errors",
@@ -18,47 +22,32 @@ _WHERE = {
     "ReentrantCallError": ".errors",
     "SettingError": ".errors",
     "UnroutedDeliveryError": ".errors",
-    "FakeQStash": ".fake",
-    "QStashOutsideFakeWarning": ".intercept",
-    "Found": ".query",
-    "Invoker": ".state.models",
-    "ApiCall": ".state.models",
-    "Delivery": ".state.models",
-    "DeliveryKind": ".state.models",
-    "DlqEntry": ".state.models",
-    "Event": ".state.models",
-    "FlowControl": ".state.models",
-    "Message": ".state.models",
-    "MessageState": ".state.models",
-    "Waiter": ".state.models",
-    "Queue": ".state.queues",
-    "Schedule": ".state.schedules",
-    "Endpoint": ".state.url_groups",
-    "UrlGroup": ".state.url_groups",
-    "WorkflowDlqEntry": ".state.workflow_dlq",
-    "StepGroup": ".state.workflows",
-    "WorkflowRun": ".state.workflows",
-    "WorkflowStep": ".state.workflows",
+    "FakeQStash": ".testing.fake",
+    "QStashOutsideFakeWarning": ".intercept.router",
+    "Found": ".testing.query",
+    "Invoker": ".engine.models",
+    "ApiCall": ".engine.models",
+    "Delivery": ".engine.models",
+    "DeliveryKind": ".engine.models",
+    "DlqEntry": ".engine.models",
+    "Event": ".engine.models",
+    "FlowControl": ".engine.models",
+    "Message": ".engine.models",
+    "MessageState": ".engine.models",
+    "Waiter": ".engine.models",
+    "Queue": ".engine.queues",
+    "Schedule": ".engine.schedules",
+    "Endpoint": ".engine.url_groups",
+    "UrlGroup": ".engine.url_groups",
+    "WorkflowDlqEntry": ".engine.workflow_dlq",
+    "StepGroup": ".engine.workflows",
+    "WorkflowRun": ".engine.workflows",
+    "WorkflowStep": ".engine.workflows",
 }
 
 if TYPE_CHECKING:
-    from .api.faults import Fault
-    from .appclock import AppClockWarning
-    from .durations import parse_duration_ms
-    from .errors import (
-        AsyncContextError,
-        DeliveryLoopError,
-        DeliveryTimeoutError,
-        LifespanError,
-        QStashFakeError,
-        ReentrantCallError,
-        SettingError,
-        UnroutedDeliveryError,
-    )
-    from .fake import FakeQStash
-    from .intercept import QStashOutsideFakeWarning
-    from .query import Found
-    from .state.models import (
+    from .engine.durations import parse_duration_ms
+    from .engine.models import (
         ApiCall,
         Delivery,
         DeliveryKind,
@@ -70,11 +59,26 @@ if TYPE_CHECKING:
         MessageState,
         Waiter,
     )
-    from .state.queues import Queue
-    from .state.schedules import Schedule
-    from .state.url_groups import Endpoint, UrlGroup
-    from .state.workflow_dlq import WorkflowDlqEntry
-    from .state.workflows import StepGroup, WorkflowRun, WorkflowStep
+    from .engine.queues import Queue
+    from .engine.schedules import Schedule
+    from .engine.url_groups import Endpoint, UrlGroup
+    from .engine.workflow_dlq import WorkflowDlqEntry
+    from .engine.workflows import StepGroup, WorkflowRun, WorkflowStep
+    from .errors import (
+        AsyncContextError,
+        DeliveryLoopError,
+        DeliveryTimeoutError,
+        LifespanError,
+        QStashFakeError,
+        ReentrantCallError,
+        SettingError,
+        UnroutedDeliveryError,
+    )
+    from .intercept.router import QStashOutsideFakeWarning
+    from .testing.appclock import AppClockWarning
+    from .testing.fake import FakeQStash
+    from .testing.query import Found
+    from .wire.faults import Fault
 
 __all__ = [
     "ApiCall",

@@ -19,14 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import hosts, import_hook
-from .appclock import LIBRARIES, clock_name
-from .session_routers import SessionRouters
-from .state.account import DEFAULT_ENV
+from .engine.account import DEFAULT_ENV
+from .intercept import import_hook
+from .intercept.session_routers import SessionRouters
+from .testing.appclock import LIBRARIES, clock_name
+from .wire import hosts
 
 if TYPE_CHECKING:
-    from .fake import FakeQStash
-    from .step_failures import StepFailureLog
+    from .testing.fake import FakeQStash
+    from .testing.step_failures import StepFailureLog
 
 _FAKE_KEY: pytest.StashKey[FakeQStash] = pytest.StashKey()
 _STEPS_KEY: pytest.StashKey[StepFailureLog] = pytest.StashKey()
@@ -194,7 +195,7 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
     routers = item.config.stash.get(_ROUTERS_KEY, None)
     guard = routers.guard if routers is not None else None
     if guard is not None and guard.refused:
-        from .intercept import QStashOutsideFakeWarning
+        from .intercept.router import QStashOutsideFakeWarning
 
         refused, guard.refused = guard.refused, []
         more = f" (and {len(refused) - 1} more such call(s))" if len(refused) > 1 else ""
@@ -306,8 +307,8 @@ def qstash_fake(
 ) -> Iterator[FakeQStash]:
     """The fake QStash (also available as ``qstash``, for suites that own that name)."""
     # The engine loads here, with the first test that uses it.
-    from .fake import FakeQStash
-    from .step_failures import StepFailureLog
+    from .testing.fake import FakeQStash
+    from .testing.step_failures import StepFailureLog
 
     apps: Any = qstash_apps or {}
     if not isinstance(apps, Mapping):
@@ -369,7 +370,7 @@ def pytest_runtest_makereport(
     # per test, from the first failed phase.
     if fake is None or not report.failed or item.stash.get(_REPORTED_KEY, False):
         return
-    from .report import section
+    from .testing.report import section
 
     # None when the fake saw nothing: an empty timeline is noise in a failure report.
     text = section(fake.store, len(fake.deliveries), steps.by_run if steps else None)

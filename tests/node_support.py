@@ -21,7 +21,7 @@ import pytest
 from ci_requirements import NODE, missing
 
 from pytest_qstash.server import ServerProcess
-from pytest_qstash.server.node import NodeApp, NodeUnavailable, install_node_packages
+from pytest_qstash.server.processes.node import NodeApp, NodeUnavailable, install_node_packages
 
 NODE_DIR = Path(__file__).resolve().parent / "node"
 

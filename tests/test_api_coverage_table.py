@@ -1,5 +1,5 @@
 """The endpoint table of docs/api-coverage.md against the API's route table
-(``pytest_qstash.api._TABLE``), so neither drifts from the other.
+(``pytest_qstash.wire.api._TABLE``), so neither drifts from the other.
 
 A row's first cell names its endpoints as `` `METHOD /path` `` spans (path parameters in braces,
 named as one likes); its third cell is the status. Every route must be in a row, and every
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import httpx
 
-from pytest_qstash import FakeQStash, api
+from pytest_qstash import FakeQStash
+from pytest_qstash.wire import api
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "api-coverage.md"
 _SPAN = re.compile(r"`(?:(GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS) )?(/v2[^`]*)`")

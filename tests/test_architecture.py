@@ -98,8 +98,8 @@ def _cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
 
 def test_the_graph_sees_every_kind_of_import() -> None:
     # Guards the reader: a TYPE_CHECKING import and one inside a function are edges too.
-    assert "pytest_qstash.server.process" in GRAPH["pytest_qstash.server.fixture"]
-    assert "pytest_qstash.fake" in GRAPH["pytest_qstash.plugin"]
+    assert "pytest_qstash.server.processes.server" in GRAPH["pytest_qstash.server.fixture"]
+    assert "pytest_qstash.testing.fake" in GRAPH["pytest_qstash.plugin"]
     assert _cycles({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}) == [
         ["a", "b", "c"]
     ]
@@ -119,12 +119,12 @@ def test_no_import_cycles() -> None:
 
 
 EDGE_LAYERS = (
-    "pytest_qstash.api",
+    "pytest_qstash.wire.api",
     "pytest_qstash.delivery",
     "pytest_qstash.server",
-    "pytest_qstash.fake",
+    "pytest_qstash.testing.fake",
     "pytest_qstash.plugin",
-    "pytest_qstash.intercept",
+    "pytest_qstash.intercept.router",
 )
 
 
@@ -132,7 +132,7 @@ def test_state_imports_no_outer_layer() -> None:
     wrong = [
         f"{name} imports {target} (line {line})"
         for name in MODULES
-        if name.startswith("pytest_qstash.state")
+        if name.startswith("pytest_qstash.engine")
         for target, line in GRAPH[name].items()
         if target.startswith(EDGE_LAYERS)
     ]
@@ -145,10 +145,10 @@ WIRE = {"Request", "Response", "Client", "AsyncClient", "BaseTransport", "AsyncB
 
 def test_state_speaks_no_http() -> None:
     # ``httpx.Headers`` is the engine's header type (case-insensitive, multi-valued, bytes
-    # kept as sent); the wire types belong to api/ and delivery/.
+    # kept as sent); the wire types belong to wire/ and delivery/.
     wrong = []
     for name, (path, _) in MODULES.items():
-        if not name.startswith("pytest_qstash.state"):
+        if not name.startswith("pytest_qstash.engine"):
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if (
@@ -175,7 +175,7 @@ def test_the_publish_headers_are_read_in_one_module() -> None:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         if isinstance(node, ast.FunctionDef) and node.name == "parse_options"
     ]
-    assert defining == ["pytest_qstash.api.publish_headers"]
+    assert defining == ["pytest_qstash.wire.publish_headers"]
 
 
 def test_a_requests_options_are_read_and_checked_at_one_edge() -> None:
@@ -187,7 +187,7 @@ def test_a_requests_options_are_read_and_checked_at_one_edge() -> None:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         if isinstance(node, ast.Call) and _last_name(node.func) == "check_due_in_range"
     )
-    assert calling == ["pytest_qstash.api.publish_headers"]
+    assert calling == ["pytest_qstash.wire.publish_headers"]
 
 
 def test_one_admission_rule() -> None:
@@ -242,21 +242,27 @@ PRIVATE_ACCESS_ALLOWED = {
     ("pytest_qstash.delivery.mounts", "app._transport"): (
         "the same: a mounted httpx client's own transport tells it is a test client"
     ),
-    ("pytest_qstash.compat", "mock._requests_not_matched"): (
+    ("pytest_qstash.intercept.compat", "mock._requests_not_matched"): (
         "pytest-httpx keeps its unmatched requests there only (read in one module, compat)"
     ),
-    ("pytest_qstash.compat", "mock._requests"): "pytest-httpx's recorded requests, the same",
-    ("pytest_qstash.compat", "candidate._requests_not_matched"): "the same, found by duck type",
-    ("pytest_qstash.httpx2_support", "client_type._transport_for_url"): (
+    (
+        "pytest_qstash.intercept.compat",
+        "mock._requests",
+    ): "pytest-httpx's recorded requests, the same",
+    (
+        "pytest_qstash.intercept.compat",
+        "candidate._requests_not_matched",
+    ): "the same, found by duck type",
+    ("pytest_qstash.intercept.httpx2_support", "client_type._transport_for_url"): (
         "the httpx2 client method the interception wraps, as respx wraps httpx's"
     ),
-    ("pytest_qstash.sslcache", "httpx._config"): (
+    ("pytest_qstash.intercept.sslcache", "httpx._config"): (
         "httpx builds its default TLS context there and exports no function for it"
     ),
-    ("pytest_qstash.server.persistence", "os._exit"): (
+    ("pytest_qstash.server.datadir.persistence", "os._exit"): (
         "a public function despite its name: a forked child exits without the parent's cleanup"
     ),
-    ("pytest_qstash.state.retry", "other._text"): (
+    ("pytest_qstash.engine.retry", "other._text"): (
         "__eq__ of RetryDelayExpression compares with another of its own class"
     ),
 }
@@ -338,7 +344,7 @@ def _assert_only_allowed(
 #
 # The rule, read from the source (an AST walk, no import, no type checker):
 #
-# 1. Outside the engine (``pytest_qstash/state/``), nothing assigns (``=``, ``+=``, an annotated
+# 1. Outside the engine (``pytest_qstash/engine/``), nothing assigns (``=``, ``+=``, an annotated
 #    assignment, ``del``, ``setattr(x, "name", ...)``) an attribute ``x.name`` where ``name`` is
 #    a public attribute of an engine class (a field its body annotates, or one its methods
 #    set on ``self``), unless ``x`` is ``self``/``cls`` or is known, in that function, not to
@@ -356,7 +362,7 @@ def _assert_only_allowed(
 #
 # What truly is not engine state but looks like it is listed, with why (``MUTATION_ALLOWED``).
 
-ENGINE = PACKAGE / "state"
+ENGINE = PACKAGE / "engine"
 
 #: Values the edges build and hand to the Store (a publish's options), never stored state
 #: being changed in place: the header edge fills one in field by field.
@@ -382,7 +388,7 @@ MUTATION_ALLOWED = {
     ("pytest_qstash.plugin", "guard.refused"): (
         "the interception guard's refused calls (session_routers), not engine state"
     ),
-    ("pytest_qstash.server.client", "event.message"): (
+    ("pytest_qstash.server.control.client", "event.message"): (
         "a client-side log entry decoded from the server's answer, linked to its message"
     ),
 }

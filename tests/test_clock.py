@@ -20,13 +20,8 @@ from inner_pytest import run_inner
 from qstash import AsyncQStash, QStash
 from qstash.message import PublishResponse
 
-from pytest_qstash import (
-    AppClockWarning,
-    AsyncContextError,
-    DeliveryLoopError,
-    FakeQStash,
-    appclock,
-)
+from pytest_qstash import AppClockWarning, AsyncContextError, DeliveryLoopError, FakeQStash
+from pytest_qstash.testing import appclock
 
 BASE = "https://app.example.com"
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)

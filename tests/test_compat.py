@@ -1,5 +1,5 @@
-"""pytest_qstash.compat reads pytest-httpx's internals: these tests pin the release line it was
-read from, and fail if those internals move."""
+"""pytest_qstash.intercept.compat reads pytest-httpx's internals: these tests pin the release line
+it was read from, and fail if those internals move."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import httpx
 import pytest
 from pytest_httpx import HTTPXMock
 
-from pytest_qstash import compat
+from pytest_qstash.intercept import compat
 
 
 def test_pytest_httpx_is_the_release_line_compat_knows() -> None:
     installed = version("pytest-httpx")
     assert installed.split(".")[:2] == compat.PYTEST_HTTPX_KNOWN.split("."), (
-        f"pytest-httpx {installed} is installed, but pytest_qstash/compat.py was read from "
-        f"{compat.PYTEST_HTTPX_KNOWN}.x: check the internals it reads, then update "
+        f"pytest-httpx {installed} is installed, but pytest_qstash/intercept/compat.py was read "
+        f"from {compat.PYTEST_HTTPX_KNOWN}.x: check the internals it reads, then update "
         "PYTEST_HTTPX_KNOWN and the pytest-httpx bound in pyproject.toml"
     )
 

@@ -20,9 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
-from pytest_qstash.server import records, snapshot
-from pytest_qstash.server.app import QStashServerApp, ServerSettings
-from pytest_qstash.server.persistence import DataDir, PersistenceError
+from pytest_qstash.server.control import records
+from pytest_qstash.server.control.app import QStashServerApp, ServerSettings
+from pytest_qstash.server.datadir import snapshot
+from pytest_qstash.server.datadir.persistence import DataDir, PersistenceError
 
 SETTINGS = ServerSettings("token-1", "sig_a", "sig_b", clock="virtual", start="2026-01-01")
 AUTH = {"Authorization": "Bearer token-1"}

@@ -25,7 +25,7 @@ from qstash import QStash
 from selenium import webdriver
 
 from pytest_qstash.server import AppProcess, ServerProcess
-from pytest_qstash.server.dashboard import DASHBOARD_PATH, dashboard_link
+from pytest_qstash.server.dashboard.routes import DASHBOARD_PATH, dashboard_link
 
 HERE = Path(__file__).parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

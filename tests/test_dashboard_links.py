@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from pytest_qstash import FakeQStash
-from pytest_qstash.server import dashboard_links
+from pytest_qstash.server.dashboard import links as dashboard_links
 
 FLOW = "https://shop.test/workflows/order"
 

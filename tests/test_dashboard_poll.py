@@ -16,8 +16,8 @@ import requests
 from qstash import QStash
 
 from pytest_qstash.server import AppProcess, ServerProcess
-from pytest_qstash.server.dashboard import DASHBOARD_PATH, PAGE_SIZE, dashboard_link
-from pytest_qstash.server.dashboard_views import CLIP
+from pytest_qstash.server.dashboard.routes import DASHBOARD_PATH, PAGE_SIZE, dashboard_link
+from pytest_qstash.server.dashboard.views import CLIP
 
 HERE = Path(__file__).parent
 MIB = 1024 * 1024

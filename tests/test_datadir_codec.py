@@ -16,9 +16,9 @@ from qstash import QStash
 from qstash.message import FlowControl
 
 from pytest_qstash import FakeQStash
-from pytest_qstash.server import datadir_codec as codec
-from pytest_qstash.server import records
-from pytest_qstash.state.store import Store
+from pytest_qstash.engine.store import Store
+from pytest_qstash.server.control import records
+from pytest_qstash.server.datadir import codec as codec
 
 #: The fingerprint of the saved classes' fields, per schema. A change of fields without a new
 #: SCHEMA fails ``test_the_saved_fields_are_those_of_the_schema``.
@@ -204,14 +204,14 @@ def test_only_allow_listed_classes_are_built(
 
 def test_the_saved_fields_are_those_of_the_schema() -> None:
     """A class the data dir saves gained, lost or renamed a field: data dirs written before
-    hold the old fields. Bump ``SCHEMA`` in pytest_qstash/server/datadir_codec.py, add a
+    hold the old fields. Bump ``SCHEMA`` in pytest_qstash/server/datadir/codec.py, add a
     migration from the previous schema to ``MIGRATIONS`` (with a test), and pin the new
     fingerprint in ``FINGERPRINTS`` here."""
     fields = codec.fingerprint()
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
     assert FINGERPRINTS.get(codec.SCHEMA) == digest, (
         f"the saved classes' fields changed (fingerprint {digest}, schema {codec.SCHEMA}): "
-        "bump SCHEMA in pytest_qstash/server/datadir_codec.py, add a migration to "
+        "bump SCHEMA in pytest_qstash/server/datadir/codec.py, add a migration to "
         "MIGRATIONS, and pin the new fingerprint in tests/test_datadir_codec.py"
     )
 

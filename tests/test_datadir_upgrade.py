@@ -14,7 +14,7 @@ import pytest
 from qstash import QStash
 
 from pytest_qstash.server import ServerProcess
-from pytest_qstash.server import datadir_codec as codec
+from pytest_qstash.server.datadir import codec as codec
 
 RELEASE_0_1_0 = Path(__file__).parent / "datadirs" / "release-0.1.0"
 BINARY = bytes(range(256))

@@ -7,13 +7,14 @@ shortened where the test is not about it, so the suite stays fast.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import sys
 import threading
 import time
 import warnings
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import anyio
@@ -63,24 +64,33 @@ def make_worker_app() -> FastAPI:
     return app
 
 
-def run_to_its_wait(app_client: TestClient) -> None:
-    """Returns once the TestClient's loop has run what was ready on it (its lifespan worker, up
-    to its wait on the queue) and sleeps in its selector, where only a wake-up brings it back.
+@contextmanager
+def run_to_its_wait(app_client: TestClient) -> Iterator[None]:
+    """Within: the TestClient's loop has run what was ready on it (its lifespan worker, up to
+    its wait on the queue) and sleeps in its selector, where only a wake-up brings it back.
 
     A call through the client's portal runs after the callbacks queued before it; the loop may
-    still be finishing that call's own bookkeeping when the call returns, and a callback put
-    on its ready queue then (as a put from another loop does) would run without a wake-up. So
-    the test also waits, bounded, until the loop's thread is inside ``select``."""
-    ident = app_client.portal.call(threading.get_ident)
-    deadline = time.monotonic() + 10
-    while True:
-        frame = sys._current_frames().get(ident)
-        code = frame.f_code if frame is not None else None
-        in_select = code is not None and code.co_name in ("select", "poll")
-        if in_select and code is not None and code.co_filename.endswith("selectors.py"):
-            return
-        assert time.monotonic() < deadline, "the TestClient's loop never went back to its wait"
-        time.sleep(0.001)  # polls an observable state, bounded by the deadline
+    still be finishing that call's own bookkeeping when the call returns, and a callback put on
+    its ready queue then (as a put from another loop does) would run without a wake-up, so the
+    test also waits, bounded, until the loop's thread is inside ``select``. The cyclic
+    collector is paused within: an async generator of that loop collected in the test's thread
+    has its ``aclose`` sent to the loop with a wake-up, which would run the worker."""
+    gc.collect()
+    gc.disable()
+    try:
+        ident = app_client.portal.call(threading.get_ident)
+        deadline = time.monotonic() + 10
+        while True:
+            frame = sys._current_frames().get(ident)
+            code = frame.f_code if frame is not None else None
+            in_select = code is not None and code.co_name in ("select", "poll")
+            if in_select and code is not None and code.co_filename.endswith("selectors.py"):
+                break
+            assert time.monotonic() < deadline, "the TestClient's loop never went to its wait"
+            time.sleep(0.001)  # polls an observable state, bounded by the deadline
+        yield
+    finally:
+        gc.enable()
 
 
 def make_sleeping_app() -> FastAPI:
@@ -117,9 +127,7 @@ def test_the_app_mounted_beside_its_testclient_is_reported_stuck(
         published = client.message.publish(url=f"{BASE}/job", body="x")
         # The TestClient's loop waits, as it does by the time a real test publishes: a job
         # put from another loop then never wakes its worker.
-        run_to_its_wait(app_client)
-
-        with pytest.raises(DeliveryTimeoutError) as raised:
+        with run_to_its_wait(app_client), pytest.raises(DeliveryTimeoutError) as raised:
             qstash.tick()
 
         error = raised.value
@@ -191,9 +199,10 @@ async def test_an_async_test_sees_the_stuck_delivery_early(
     with TestClient(app) as app_client:
         qstash.mount(BASE, app)
         await aclient.message.publish(url=f"{BASE}/job", body="x")
-        run_to_its_wait(app_client)  # see above
-
-        with pytest.raises(DeliveryTimeoutError, match="is stuck") as raised:
+        with (
+            run_to_its_wait(app_client),
+            pytest.raises(DeliveryTimeoutError, match="is stuck") as raised,
+        ):
             await qstash.atick()
 
         assert raised.value.stalled

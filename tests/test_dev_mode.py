@@ -28,7 +28,7 @@ from pytest_qstash.server.cli import (
     dev_mode_from_env,
     dev_port_from_env,
 )
-from pytest_qstash.server.node import NodeApp
+from pytest_qstash.server.processes.node import NodeApp
 
 HERE = Path(__file__).parent
 SERVE = [sys.executable, "-m", "pytest_qstash", "serve", "--stop-with-parent"]

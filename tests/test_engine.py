@@ -11,26 +11,26 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from pytest_qstash.state.account import Account
-from pytest_qstash.state.attempts import Attempt, AttemptResult
-from pytest_qstash.state.clock import VirtualClock
-from pytest_qstash.state.deliverable import INVALID_DESTINATION, Undeliverable
-from pytest_qstash.state.ids import IdGenerator
-from pytest_qstash.state.models import (
+from pytest_qstash.engine.account import Account
+from pytest_qstash.engine.attempts import Attempt, AttemptResult
+from pytest_qstash.engine.clock import VirtualClock
+from pytest_qstash.engine.deliverable import INVALID_DESTINATION, Undeliverable
+from pytest_qstash.engine.ids import IdGenerator
+from pytest_qstash.engine.models import (
     DlqEntry,
     InvalidTransition,
     Message,
     MessageOptions,
     Waiter,
 )
-from pytest_qstash.state.plans import PLANS, DailyQuotaExceeded, Plan, PlanLimitExceeded
-from pytest_qstash.state.scheduler import Scheduler
-from pytest_qstash.state.schedules import CronExpression
-from pytest_qstash.state.store import Store
-from pytest_qstash.state.url_groups import UrlGroup
-from pytest_qstash.state.verb_specs import Trigger
-from pytest_qstash.state.workflow_dlq import FailureFunctionNotRetryable, NotAWorkflowEntry
-from pytest_qstash.state.workflows import WorkflowRun
+from pytest_qstash.engine.plans import PLANS, DailyQuotaExceeded, Plan, PlanLimitExceeded
+from pytest_qstash.engine.scheduler import Scheduler
+from pytest_qstash.engine.schedules import CronExpression
+from pytest_qstash.engine.store import Store
+from pytest_qstash.engine.url_groups import UrlGroup
+from pytest_qstash.engine.verb_specs import Trigger
+from pytest_qstash.engine.workflow_dlq import FailureFunctionNotRetryable, NotAWorkflowEntry
+from pytest_qstash.engine.workflows import WorkflowRun
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 URL = "https://app.test/hook"

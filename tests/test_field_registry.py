@@ -13,10 +13,10 @@ import httpx
 from qstash import QStash
 
 from pytest_qstash import FakeQStash
-from pytest_qstash.server import datadir_codec as codec
-from pytest_qstash.server import records
+from pytest_qstash.engine.models import DlqEntry, Message
+from pytest_qstash.server.control import records
+from pytest_qstash.server.datadir import codec as codec
 from pytest_qstash.server.fields import REGISTRY, Entry, Field
-from pytest_qstash.state.models import DlqEntry, Message
 
 
 @dataclasses.dataclass(eq=False, slots=True)

@@ -16,9 +16,10 @@ from inner_pytest import run_inner
 from qstash import AsyncQStash, QStash
 from qstash.errors import QStashError
 
-from pytest_qstash import FakeQStash, sslcache
-from pytest_qstash.hosts import ApiBase, canonical_host, is_loopback, is_upstash_qstash_host
-from pytest_qstash.intercept import NetworkGuard
+from pytest_qstash import FakeQStash
+from pytest_qstash.intercept import sslcache
+from pytest_qstash.intercept.router import NetworkGuard
+from pytest_qstash.wire.hosts import ApiBase, canonical_host, is_loopback, is_upstash_qstash_host
 
 APP = "https://app.test/jobs"
 HTTPX2 = importlib.util.find_spec("httpx2") is not None

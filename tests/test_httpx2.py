@@ -16,7 +16,7 @@ from ci_requirements import BY_DESIGN
 from inner_pytest import run_inner
 
 from pytest_qstash import FakeQStash
-from pytest_qstash.httpx2_support import HTTPX2_INSTALLED
+from pytest_qstash.intercept.httpx2_support import HTTPX2_INSTALLED
 
 if sys.version_info < (3, 11):
     pytest.skip(BY_DESIGN.httpx2_python, allow_module_level=True)

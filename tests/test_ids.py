@@ -62,7 +62,7 @@ def test_a_generator_goes_back_to_a_copy_taken_before() -> None:
     # What a data dir's replay does when a request drew fewer ids than the first time.
     import copy
 
-    from pytest_qstash.state.ids import IdGenerator
+    from pytest_qstash.engine.ids import IdGenerator
 
     ids = IdGenerator("seed")
     ids.message_id()

@@ -11,7 +11,7 @@ from typing import Any
 from qstash import QStash
 
 from pytest_qstash import FakeQStash
-from pytest_qstash.state.models import KEPT_RESPONSE_BYTES
+from pytest_qstash.engine.models import KEPT_RESPONSE_BYTES
 
 ANSWER = b"e" * (3 * KEPT_RESPONSE_BYTES)
 callbacks: list[dict[str, Any]] = []

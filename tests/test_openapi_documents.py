@@ -34,7 +34,7 @@ from schemathesis.schemas import BaseSchema
 from workflow_apps import STOCK_URL, Journal, fastapi_workflow_app, stock_app
 
 from pytest_qstash import FakeQStash
-from pytest_qstash.server.app import QStashServerApp, ServerSettings
+from pytest_qstash.server.control.app import QStashServerApp, ServerSettings
 
 if DOCUMENTS_DIR is None:
     missing(OPENAPI_DOCUMENTS, ABSENT, module_level=True)

@@ -483,7 +483,7 @@ def test_the_network_guard_can_be_turned_off(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nqstash_network_guard = false\n")
     pytester.makepyfile(
         """
-        from pytest_qstash.intercept import NetworkGuard
+        from pytest_qstash.intercept.router import NetworkGuard
 
 
         def test_no_guard():

@@ -21,15 +21,15 @@ HEAVY = (
     "time_machine",
     "freezegun",
     "cronsim",
-    "pytest_qstash.fake",
-    "pytest_qstash.api",
+    "pytest_qstash.testing.fake",
+    "pytest_qstash.wire.api",
     "pytest_qstash.delivery",
-    "pytest_qstash.intercept",
-    "pytest_qstash.report",
-    "pytest_qstash.state.models",
-    "pytest_qstash.state.store",
-    "pytest_qstash.server.process",
-    "pytest_qstash.server.client",
+    "pytest_qstash.intercept.router",
+    "pytest_qstash.testing.report",
+    "pytest_qstash.engine.models",
+    "pytest_qstash.engine.store",
+    "pytest_qstash.server.processes.server",
+    "pytest_qstash.server.control.client",
 )
 
 LOADED = """
@@ -79,7 +79,7 @@ def test_the_guard_starts_when_httpx_is_first_imported(
 
 
         def test_app_fixture_before_the_fake(app_started_before_qstash):
-            from pytest_qstash.intercept import KeepHttpxPatched, NetworkGuard
+            from pytest_qstash.intercept.router import KeepHttpxPatched, NetworkGuard
 
             assert NetworkGuard.running() is not None
             assert KeepHttpxPatched.running() is not None
@@ -134,13 +134,13 @@ def test_httpx_loaded_past_the_hook_is_caught_before_the_next_test(
             sys.meta_path.insert(0, Ahead())
             import httpx  # noqa: F401
 
-            from pytest_qstash.intercept import NetworkGuard
+            from pytest_qstash.intercept.router import NetworkGuard
 
             assert NetworkGuard.running() is None  # our finder never saw the import
 
 
         def test_the_next_test_is_guarded():
-            from pytest_qstash.intercept import NetworkGuard
+            from pytest_qstash.intercept.router import NetworkGuard
 
             assert NetworkGuard.running() is not None
         """

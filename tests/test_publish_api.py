@@ -14,7 +14,7 @@ from qstash.errors import QStashError
 from qstash.message import FlowControlProperties, PublishResponse, PublishUrlGroupResponse
 
 from pytest_qstash import FakeQStash
-from pytest_qstash.state.account import DEFAULT_TOKEN
+from pytest_qstash.engine.account import DEFAULT_TOKEN
 
 APP = "https://app.test"
 API = "https://qstash.upstash.io"

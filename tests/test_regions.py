@@ -16,9 +16,9 @@ from node_support import NODE_DIR, node_packages, publish_and_run_workflow
 from qstash import AsyncQStash, QStash, Receiver
 
 from pytest_qstash import FakeQStash, SettingError
-from pytest_qstash.regions import region_named
 from pytest_qstash.server import ServerProcess
-from pytest_qstash.server.node import NodeApp
+from pytest_qstash.server.processes.node import NodeApp
+from pytest_qstash.wire.regions import region_named
 
 APP = "https://app.test"
 US_HOST = "https://qstash-us-east-1.upstash.io"

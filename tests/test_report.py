@@ -579,8 +579,8 @@ def test_the_sync_sdks_failing_step_is_named_too() -> None:
     from workflow_apps import Journal, flask_workflow_app
 
     from pytest_qstash import FakeQStash
-    from pytest_qstash.report import section
-    from pytest_qstash.step_failures import StepFailureLog
+    from pytest_qstash.testing.report import section
+    from pytest_qstash.testing.step_failures import StepFailureLog
 
     steps = StepFailureLog()
     with FakeQStash(seed=1) as qstash, steps.listening():
@@ -666,7 +666,7 @@ def _openai_workflow() -> Any:
 
 def test_a_third_party_refusing_a_call_gets_its_own_line_and_no_signature_hint() -> None:
     from pytest_qstash import FakeQStash
-    from pytest_qstash.report import section
+    from pytest_qstash.testing.report import section
 
     app, openai = _openai_workflow()
     with FakeQStash(seed=1) as qstash:
@@ -690,7 +690,7 @@ def test_the_apps_own_refusal_still_gets_the_hint_beside_a_refused_call() -> Non
     from qstash import QStash
 
     from pytest_qstash import FakeQStash
-    from pytest_qstash.report import section
+    from pytest_qstash.testing.report import section
 
     app, openai = _openai_workflow()
     with FakeQStash(seed=1) as qstash:
@@ -710,7 +710,7 @@ def test_a_publish_to_a_workflow_route_says_which_run_it_began() -> None:
     from workflow_apps import Journal, flask_workflow_app
 
     from pytest_qstash import FakeQStash
-    from pytest_qstash.report import section
+    from pytest_qstash.testing.report import section
 
     with FakeQStash(seed=1) as qstash:
         qstash.mount("https://flask.test", flask_workflow_app(Journal()))

@@ -20,9 +20,9 @@ from reliability_apps import BASE, HOOKS, apublish, make_hooks_app, publish
 from workflow_apps import STOCK_URL, Journal, fastapi_workflow_app, stock_app
 
 from pytest_qstash import FakeQStash
+from pytest_qstash.engine.dedup import Deduplication
+from pytest_qstash.engine.retention import Trail
 from pytest_qstash.server import ServerProcess
-from pytest_qstash.state.dedup import Deduplication
-from pytest_qstash.state.retention import Trail
 
 START = "2026-01-01T00:00:00Z"
 #: Free plan: logs and DLQ entries are kept 3 days.

@@ -1,4 +1,4 @@
-"""Tests for pytest_qstash.state.retry: backoff, retry-delay expressions, Retry-After."""
+"""Tests for pytest_qstash.engine.retry: backoff, retry-delay expressions, Retry-After."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_qstash.state.retry import (
+from pytest_qstash.engine.retry import (
     DEFAULT_RETRIES,
     MAX_BACKOFF_MS,
     InvalidRetryDelay,
@@ -552,7 +552,7 @@ def test_a_retry_delay_expression_pickles_as_its_text() -> None:
 
 def test_the_default_backoff_as_an_expression_is_the_default_backoff() -> None:
     # What a step without a retry delay shows as its retryDelay computes the same delays.
-    from pytest_qstash.state.retry import DEFAULT_RETRY_DELAY
+    from pytest_qstash.engine.retry import DEFAULT_RETRY_DELAY
 
     expression = RetryDelayExpression(DEFAULT_RETRY_DELAY)
     assert [expression.delay_ms(retried) for retried in range(12)] == [

@@ -23,10 +23,10 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from pytest_qstash.api import _TABLE as API_TABLE
 from pytest_qstash.server import ServerProcess
-from pytest_qstash.server.app import QStashServerApp, ServerSettings
-from pytest_qstash.server.records import LISTS
+from pytest_qstash.server.control.app import QStashServerApp, ServerSettings
+from pytest_qstash.server.control.records import LISTS
+from pytest_qstash.wire.api import _TABLE as API_TABLE
 
 TOKEN = "fuzz-token"
 KEYS = ("sig_fuzz_current", "sig_fuzz_next")

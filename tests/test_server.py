@@ -28,7 +28,7 @@ from qstash.errors import QStashError
 
 from pytest_qstash import FakeQStash, UnroutedDeliveryError
 from pytest_qstash.server import AppProcess, Client, ServerError, ServerProcess
-from pytest_qstash.server.process import ENV_NAMES
+from pytest_qstash.server.processes.server import ENV_NAMES
 
 HERE = Path(__file__).parent
 

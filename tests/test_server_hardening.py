@@ -23,7 +23,7 @@ from ci_requirements import BY_DESIGN
 
 from pytest_qstash.server import ServerProcess
 from pytest_qstash.server.cli import DEFAULT_IDLE_TIMEOUT_S, main, parser
-from pytest_qstash.server.dashboard import DASHBOARD_PATH, dashboard_link
+from pytest_qstash.server.dashboard.routes import DASHBOARD_PATH, dashboard_link
 
 NESTED = "[" * 100_000 + "]" * 100_000
 #: Deep enough to pass the JSON parser and trip whatever reads the value next.

@@ -30,11 +30,12 @@ import pytest
 from qstash import QStash
 from qstash.message import FlowControl
 
-from pytest_qstash.server import Client, ServerProcess, journal, persistence, snapshot
-from pytest_qstash.server import datadir_codec as codec
-from pytest_qstash.server.app import QStashServerApp, ServerSettings
-from pytest_qstash.server.persistence import DataDir, PersistenceError
-from pytest_qstash.state.ids import IdGenerator
+from pytest_qstash.engine.ids import IdGenerator
+from pytest_qstash.server import Client, ServerProcess
+from pytest_qstash.server.control.app import QStashServerApp, ServerSettings
+from pytest_qstash.server.datadir import codec as codec
+from pytest_qstash.server.datadir import journal, persistence, snapshot
+from pytest_qstash.server.datadir.persistence import DataDir, PersistenceError
 
 #: What the control API lists, and the QStash API's flow-control keys: the state compared.
 LISTS = ("messages", "deliveries", "dlq", "events", "schedules", "queues", "url_groups", "runs")

@@ -11,7 +11,7 @@ import pytest
 import pytest_asyncio
 from ports import closed_port
 
-from pytest_qstash.server.pools import OriginPools
+from pytest_qstash.server.runner.pools import OriginPools
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

@@ -38,9 +38,10 @@ import records_app
 from qstash import QStash
 
 from pytest_qstash import FakeQStash
-from pytest_qstash.server import AppProcess, Client, ServerProcess, records
-from pytest_qstash.server.verbs import VERBS
-from pytest_qstash.state import verb_specs
+from pytest_qstash.engine import verb_specs
+from pytest_qstash.server import AppProcess, Client, ServerProcess
+from pytest_qstash.server.control import records
+from pytest_qstash.server.control.verbs import VERBS
 
 HERE = Path(__file__).parent
 API = "https://qstash.upstash.io"
@@ -536,8 +537,8 @@ def test_the_client_does_not_import_the_fake() -> None:
     # A test process that only talks to a server pays for the records and the verbs table,
     # not for the in-process fake (respx, the interception).
     code = (
-        "import sys, pytest_qstash.server.client\n"
-        "print([m for m in ('respx', 'pytest_qstash.fake') if m in sys.modules])"
+        "import sys, pytest_qstash.server.control.client\n"
+        "print([m for m in ('respx', 'pytest_qstash.testing.fake') if m in sys.modules])"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=HERE.parent, check=True
@@ -563,7 +564,7 @@ def test_large_answers_are_the_json_httpx_writes() -> None:
     """The server writes its lists (and reads its data dir) through orjson when installed:
     the same bytes as httpx's ``json=`` for what records hold, and what orjson cannot take
     goes through the standard library."""
-    from pytest_qstash.server import fastjson
+    from pytest_qstash.server.control import fastjson
 
     value = [{"body": 'caf\u00e9 \u2028 "q" \\ \n\t\u0001', "n": -12, "ok": True, "x": None}]
     assert fastjson.dumps(value) == httpx.Response(200, json=value).content

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from pytest_qstash import FakeQStash
-from pytest_qstash.server.deliveries import ServerDeliveries
+from pytest_qstash.server.runner.deliveries import ServerDeliveries
 
 URL = "https://app.example.com"
 

@@ -14,7 +14,8 @@ import httpx
 import pytest
 from qstash import AsyncQStash, QStash
 
-from pytest_qstash import FakeQStash, sslcache
+from pytest_qstash import FakeQStash
+from pytest_qstash.intercept import sslcache
 
 
 def context_of(client: httpx.Client | httpx.AsyncClient) -> ssl.SSLContext:

@@ -20,9 +20,9 @@ from qstash import AsyncQStash, QStash
 from qstash.errors import QStashError
 
 from pytest_qstash import FakeQStash
-from pytest_qstash.report import section
+from pytest_qstash.engine.account import DEFAULT_TOKEN, DEFAULT_USER_ID, make_token, user_id_of
 from pytest_qstash.server.cli import _new_token as new_token
-from pytest_qstash.state.account import DEFAULT_TOKEN, DEFAULT_USER_ID, make_token, user_id_of
+from pytest_qstash.testing.report import section
 
 API = "https://qstash.upstash.io"
 FLOW = "https://shop.test/workflows/order"

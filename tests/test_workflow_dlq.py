@@ -23,7 +23,7 @@ from upstash_workflow.fastapi import Serve as FastAPIServe
 from workflow_apps import Journal, fastapi_workflow_app, flask_workflow_app
 
 from pytest_qstash import FakeQStash, WorkflowRun
-from pytest_qstash.report import section
+from pytest_qstash.testing.report import section
 
 APP = "https://shop.test"
 FAILS = f"{APP}/fails"
@@ -664,8 +664,8 @@ def test_bad_requests_get_a_clear_4xx_and_start_nothing(
 def test_a_resume_merges_its_overrides_as_a_dlq_retry_does() -> None:
     # One merge: what a request names replaces the stored value; a flow-control key alone
     # keeps the limits; a delay is the published message's, not the run's settings.
-    from pytest_qstash.api.publish_headers import parse_options, read_overrides
-    from pytest_qstash.state.run_settings import RESUME_OVERRIDES, RunSettings
+    from pytest_qstash.engine.run_settings import RESUME_OVERRIDES, RunSettings
+    from pytest_qstash.wire.publish_headers import parse_options, read_overrides
 
     stored = parse_options(
         {

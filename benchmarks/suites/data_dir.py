@@ -31,8 +31,8 @@ def persisted_publish(report: Report, n: int, rounds: int) -> None:
     against one to a server in memory: the server's own work, through the same method its
     ASGI app calls for every QStash API request, without the HTTP round trip around it
     (``benchmarks/server.py`` times that too)."""
-    from pytest_qstash.server.app import QStashServerApp, ServerSettings
-    from pytest_qstash.server.persistence import DataDir
+    from pytest_qstash.server.control.app import QStashServerApp, ServerSettings
+    from pytest_qstash.server.datadir.persistence import DataDir
 
     settings = ServerSettings("bench-token", "sig_a", "sig_b", clock="virtual", start=START)
     headers = {"Authorization": "Bearer bench-token", "Content-Type": "application/json"}
@@ -86,7 +86,7 @@ def data_dir_restart(report: Report, n: int) -> None:
 
     import pytest_qstash
     from pytest_qstash.server import ServerProcess
-    from pytest_qstash.server.records import LISTS
+    from pytest_qstash.server.control.records import LISTS
 
     # A server starts from the package's bytecode, as pip leaves an install: compiled here
     # once, so an editable checkout run with PYTHONDONTWRITEBYTECODE does not compile the

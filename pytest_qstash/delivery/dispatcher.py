@@ -12,7 +12,7 @@ its end event, later.
 loop guard, the cause of what an app publishes, putting back what did not happen, settling the
 clock); three runners drive it, each a few lines: ``Dispatcher.run`` (one attempt at a time,
 the test's thread), ``Dispatcher.arun`` (the same on an event loop) and the server's
-concurrent one (``server/deliveries.py``: rounds of attempts at one virtual instant, or each
+concurrent one (``server/runner/deliveries.py``: rounds of attempts at one virtual instant, or each
 attempt answered when it comes on the real clock). The fake's async moves deliver through an
 ``AsyncRunner``: the dispatcher in-process, the server's in a server.
 
@@ -31,12 +31,12 @@ from typing import Protocol
 
 import httpx
 
+from ..engine.attempts import Attempt
+from ..engine.models import Delivery, Message, ms_to_datetime
+from ..engine.retention import Trail
+from ..engine.scheduler import Scheduler
+from ..engine.store import AttemptResult, Store
 from ..errors import DeliveryLoopError, ReentrantCallError, UnroutedDeliveryError
-from ..state.attempts import Attempt
-from ..state.models import Delivery, Message, ms_to_datetime
-from ..state.retention import Trail
-from ..state.scheduler import Scheduler
-from ..state.store import AttemptResult, Store
 from .handler_time import HandlerTimes
 from .mounts import MountTable
 from .signing import sign

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from ..durations import Duration, parse_duration_ms
+from ..engine.durations import Duration, parse_duration_ms
 from .mounts import normalize_base_url
 
 #: A duration, or a function of the (signed) request returning one (None: no time).

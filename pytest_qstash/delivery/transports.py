@@ -43,11 +43,11 @@ import anyio.from_thread
 import anyio.to_thread
 import httpx
 
-from ..compat import PYTEST_HTTPX_NO_RESPONSE, httpx_transports_patched
-from ..compat import unrecord_in_pytest_httpx as _unrecord_in_pytest_httpx
+from ..engine.attempts import timeout_error
 from ..errors import DeliveryTimeoutError, QStashFakeError
-from ..hosts import is_loopback
-from ..state.attempts import timeout_error
+from ..intercept.compat import PYTEST_HTTPX_NO_RESPONSE, httpx_transports_patched
+from ..intercept.compat import unrecord_in_pytest_httpx as _unrecord_in_pytest_httpx
+from ..wire.hosts import is_loopback
 from .django_apps import connections_kept_open, run_in_this_thread
 from .lifespan import Lifespan
 from .mounts import Mount, MountTable
@@ -775,7 +775,7 @@ def _callable_outcome(result: Any) -> Outcome:
 def _user_interceptors_active() -> bool:
     if "respx" not in sys.modules:
         return httpx_transports_patched()
-    from ..intercept import user_interceptors_active
+    from ..intercept.router import user_interceptors_active
 
     return user_interceptors_active()
 
@@ -785,7 +785,7 @@ def _httpx2_mocks() -> Any:
     httpx2's mocks can answer it), else None."""
     if "respx" not in sys.modules:
         return None
-    from .. import httpx2_support
+    from ..intercept import httpx2_support
 
     return httpx2_support if httpx2_support.takes_unmounted() else None
 

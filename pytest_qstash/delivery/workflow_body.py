@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import httpx
 
-from ..state.models import Message
-from ..state.workflows import STEP, TO_CALLBACK, WorkflowRuns
+from ..engine.models import Message
+from ..engine.workflows import STEP, TO_CALLBACK, WorkflowRuns
 
 RUN_ID_HEADER = "Upstash-Workflow-RunId"
 CREATED_AT_HEADER = "Upstash-Workflow-CreatedAt"

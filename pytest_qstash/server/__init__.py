@@ -11,20 +11,20 @@ from typing import TYPE_CHECKING, Any
 
 # Loaded on first use (PEP 562): the qstash_server plugin imports this package in every run.
 _WHERE = {
-    "AppProcess": ".apps",
-    "Client": ".client",
-    "NodeApp": ".node",
-    "NodeUnavailable": ".node",
-    "install_node_packages": ".node",
-    "ServerError": ".client",
-    "ServerProcess": ".process",
+    "AppProcess": ".processes.apps",
+    "Client": ".control.client",
+    "NodeApp": ".processes.node",
+    "NodeUnavailable": ".processes.node",
+    "install_node_packages": ".processes.node",
+    "ServerError": ".control.client",
+    "ServerProcess": ".processes.server",
 }
 
 if TYPE_CHECKING:
-    from .apps import AppProcess
-    from .client import Client, ServerError
-    from .node import NodeApp, NodeUnavailable, install_node_packages
-    from .process import ServerProcess
+    from .control.client import Client, ServerError
+    from .processes.apps import AppProcess
+    from .processes.node import NodeApp, NodeUnavailable, install_node_packages
+    from .processes.server import ServerProcess
 
 __all__ = [
     "AppProcess",

@@ -38,15 +38,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..delivery.mounts import Redirect, check_redirect, merge_redirects
-from ..durations import parse_duration_ms
-from ..regions import ACCEPTED as ACCEPTED_REGIONS
-from ..regions import region_named
-from ..state.account import Account, make_token
-from ..state.plans import DEFAULT_PLAN, PLANS
-from .app import CLOCK_MODES, QStashServerApp, ServerSettings
-from .dashboard import dashboard_link
-from .deliveries import DEFAULT_ATTEMPT_TIMEOUT_S
-from .persistence import DataDir, PersistenceError
+from ..engine.account import Account, make_token
+from ..engine.durations import parse_duration_ms
+from ..engine.plans import DEFAULT_PLAN, PLANS
+from ..wire.regions import ACCEPTED as ACCEPTED_REGIONS
+from ..wire.regions import region_named
+from .control.app import CLOCK_MODES, QStashServerApp, ServerSettings
+from .dashboard.routes import dashboard_link
+from .datadir.persistence import DataDir, PersistenceError
+from .runner.deliveries import DEFAULT_ATTEMPT_TIMEOUT_S
 
 DEFAULT_HOST = "127.0.0.1"
 #: How long a connection may stay open without sending a request (seconds).

@@ -23,27 +23,35 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..api.faults import Fault
-from ..state.account import Account
-from ..state.attempts import Attempt, AttemptResult
-from ..state.clock import DueEvent, VirtualClock
-from ..state.dedup import Deduplication
-from ..state.dlq import DeadLetters
-from ..state.flow_control import FlowKey, FlowKeys
-from ..state.ids import IdGenerator
-from ..state.models import ApiCall, Delivery, DlqEntry, Event, FlowControl, Invoker, Message, Waiter
-from ..state.options import MessageOptions
-from ..state.plans import Plan
-from ..state.queues import Queue, Queues
-from ..state.rejections import RejectedCall, RejectedCalls
-from ..state.retention import Retention, Trail
-from ..state.run_settings import RunSettings
-from ..state.schedules import Schedule, Schedules
-from ..state.store import Store
-from ..state.url_groups import Endpoint, UrlGroup
-from ..state.waiters import Waiters
-from ..state.workflow_dlq import WorkflowDlqEntry
-from ..state.workflows import (
+from ..engine.account import Account
+from ..engine.attempts import Attempt, AttemptResult
+from ..engine.clock import DueEvent, VirtualClock
+from ..engine.dedup import Deduplication
+from ..engine.dlq import DeadLetters
+from ..engine.flow_control import FlowKey, FlowKeys
+from ..engine.ids import IdGenerator
+from ..engine.models import (
+    ApiCall,
+    Delivery,
+    DlqEntry,
+    Event,
+    FlowControl,
+    Invoker,
+    Message,
+    Waiter,
+)
+from ..engine.options import MessageOptions
+from ..engine.plans import Plan
+from ..engine.queues import Queue, Queues
+from ..engine.rejections import RejectedCall, RejectedCalls
+from ..engine.retention import Retention, Trail
+from ..engine.run_settings import RunSettings
+from ..engine.schedules import Schedule, Schedules
+from ..engine.store import Store
+from ..engine.url_groups import Endpoint, UrlGroup
+from ..engine.waiters import Waiters
+from ..engine.workflow_dlq import WorkflowDlqEntry
+from ..engine.workflows import (
     RunHeaders,
     RunMember,
     StepGroup,
@@ -51,6 +59,7 @@ from ..state.workflows import (
     WorkflowRuns,
     WorkflowStep,
 )
+from ..wire.faults import Fault
 from .forms import (
     KEYS,
     MILLIS,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:  # loaded by the fixture: this module is imported in every pytest run
-    from .process import ServerProcess
+    from .processes.server import ServerProcess
 
 _SERVER_KEY: pytest.StashKey[ServerProcess] = pytest.StashKey()
 _SAVED_ENV_KEY = pytest.StashKey[dict[str, "str | None"]]()
@@ -50,7 +50,7 @@ def qstash_server(
     ``reset()`` to forget what earlier tests left, and ``mount(prefix, to)`` to send the
     server's outbound requests under a URL prefix to a local fake (kept by resets: unmount, or
     mount in a ``with`` block, for one test)."""
-    from .process import ServerProcess
+    from .processes.server import ServerProcess
 
     options = {"clock": "virtual", "retention": False, **qstash_server_options}
     # Dev mode has credentials of its own: the session's are for the other modes.
@@ -71,14 +71,14 @@ def qstash_server(
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
     if "qstash_server" in getattr(item, "fixturenames", ()):
-        from .process import ALL_ENV_NAMES
+        from .processes.server import ALL_ENV_NAMES
 
         item.stash[_SAVED_ENV_KEY] = {name: os.environ.get(name) for name in ALL_ENV_NAMES}
         server = item.config.stash.get(_SERVER_KEY, None)
         item.stash[_MARK_KEY] = None
         item.stash[_REPORTED_KEY] = False
         if server is not None:
-            from .client import ServerError
+            from .control.client import ServerError
 
             os.environ.update(server.env)
             # A server that stopped answering: the test's own calls will say so.
@@ -96,7 +96,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     server = item.config.stash.get(_SERVER_KEY, None)
     if server is None:
         return
-    from .client import ServerError
+    from .control.client import ServerError
 
     # What the server saw since the test began, as the in-process fixture reports it: once
     # per test, from the first phase that failed.

@@ -21,9 +21,9 @@ from typing import Any
 
 import httpx
 
-from ..state.models import Message
-from ..state.retry import RetryDelayExpression
-from ..state.schedules import CronExpression
+from ..engine.models import Message
+from ..engine.retry import RetryDelayExpression
+from ..engine.schedules import CronExpression
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MS = timedelta(milliseconds=1)

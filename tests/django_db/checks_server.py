@@ -13,7 +13,7 @@ from typing import Any
 from dbproject.models import Note
 from qstash import QStash
 
-from pytest_qstash.server.process import ServerProcess
+from pytest_qstash.server.processes.server import ServerProcess
 
 
 # docs/how-to/django.md shows the test below.

@@ -1,0 +1,1087 @@
+"""The in-memory QStash: messages and their lifecycle, and the log.
+
+Every transition a message goes through happens here, is logged as QStash logs it, and puts
+what comes next on the virtual clock. The resources beside messages are collections that own
+their rules (the DLQ, deduplication, queues, flow-control keys, schedules, workflow runs); the
+store holds them and delegates. Nothing here knows HTTP.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Collection, Iterable, Mapping
+from itertools import islice
+from typing import Any, Literal
+
+import httpx
+
+from . import plans, provisioned, trigger, workflow_dlq
+from .account import Account
+from .attempts import (
+    CANCELED_IN_FLIGHT,
+    NON_RETRYABLE_STATUS,
+    Attempt,
+    AttemptResult,
+    is_non_retryable,
+    timeout_error,
+)
+from .callbacks import callback_options, callback_payload
+from .clock import VirtualClock
+from .dedup import DEFAULT_DEDUP_WINDOW_MS, Deduplication, dedup_key
+from .deliverable import checked_destination, is_url
+from .dlq import DeadLetters
+from .engine import Published
+from .flow_control import FlowKey, FlowKeys
+from .ids import IdGenerator
+from .invocations import outcome_step
+from .models import KEPT_RESPONSE_BYTES, Delivery, DlqEntry, Event, Invoker, Message, Waiter
+from .options import MessageOptions
+from .plans import DAY_MS, DEFAULT_PLAN, PLANS, DailyQuotaExceeded, Plan
+from .queues import Queue, Queues
+from .rejections import RejectedCall, RejectedCalls
+from .retention import Retention, Trail
+from .retry import DEFAULT_RETRIES
+from .schedules import CronExpression, Schedule, Schedules
+from .url_groups import Endpoint, UnknownDestination, UrlGroup
+from .verb_specs import Trigger
+from .waiters import Waiters, new_waiter, resume_step
+from .workflows import WorkflowRun, WorkflowRuns
+
+#: What holds a due message back (``Store.admission``).
+Hold = Literal["queue", "parallelism", "flow"]
+
+__all__ = [
+    "DEFAULT_DEDUP_WINDOW_MS",
+    "NON_RETRYABLE_STATUS",
+    "AttemptResult",
+    "Published",
+    "Store",
+    "UnknownDestination",
+    "is_non_retryable",
+]
+
+
+class Store:
+    def __init__(
+        self,
+        clock: VirtualClock,
+        ids: IdGenerator,
+        account: Account,
+        *,
+        default_retries: int = DEFAULT_RETRIES,
+        dedup_window_ms: int = DEFAULT_DEDUP_WINDOW_MS,
+        plan: Plan | None = None,
+        retention: bool = False,
+    ) -> None:
+        self.clock = clock
+        self.ids = ids
+        self.account = account
+        self.default_retries = default_retries
+        self.messages: dict[str, Message] = {}
+        self.events: Trail[Event] = Trail()
+        self.dlq = DeadLetters()
+        #: Deduplication of published messages (schedule creations keep their own).
+        self.dedup = Deduplication(dedup_window_ms)
+        self.url_groups: dict[str, UrlGroup] = {}
+        self.schedules = Schedules(clock, ids, dedup_window_ms)
+        self.queues = Queues()
+        self.flow_keys = FlowKeys()
+        self._generation: dict[str, int] = {}
+        #: Callback messages not finished yet, by the message they report on: a queued
+        #: message keeps its slot until they are done, as on QStash.
+        self._callbacks_pending: dict[str, set[str]] = {}
+        self.workflows = WorkflowRuns()
+        self.workflows.on_end = self._run_ended
+        #: Workflow runs waiting for an event (``context.waitForEvent``, webhooks).
+        self.waiters = Waiters()
+        #: API calls answered with an error (the newest kept), for the failure report.
+        self.api_errors = RejectedCalls()
+        #: Every attempt that ended, in the order they ended.
+        self.deliveries: Trail[Delivery] = Trail()
+        #: Attempts started and not ended yet, by message id.
+        self.in_flight: dict[str, Attempt] = {}
+        #: What the account's plan limits.
+        self.plan = plan if plan is not None else PLANS[DEFAULT_PLAN]
+        #: Account-wide cap on attempts in flight; messages over it wait here, in order.
+        self.global_parallelism = self.plan.global_parallelism
+        self._global_waiting: dict[str, None] = {}
+        #: The longest an attempt may take (the plan's maximum HTTP response duration).
+        self.max_response_ms = self.plan.max_response_ms
+        self._attempt_seq = 0
+        #: Messages the API published on one UTC day: (the day's start, how many).
+        self._published_day = (0, 0)
+        #: What the plan's retention forgets as time passes; None: everything is kept.
+        self.retention: Retention | None = None
+        if retention:
+            self.retention = Retention(
+                self.plan,
+                messages=self.messages,
+                events=self.events,
+                deliveries=self.deliveries,
+                dlq=self.dlq,
+                workflows=self.workflows,
+                forget_message=self.forget_message,
+                awaits_callbacks=self.awaits_callbacks,
+            )
+            clock.on_move = self.retention.expire
+
+    @property
+    def dedup_window_ms(self) -> int:
+        return self.dedup.window_ms
+
+    def forget_message(self, message_id: str) -> None:
+        """Drop a finished message from memory (what retention no longer keeps)."""
+        del self.messages[message_id]
+        self._generation.pop(message_id, None)
+
+    def record_rejection(self, call: RejectedCall) -> None:
+        """Keep an API call answered with an error, for the failure report."""
+        self.api_errors.record(call)
+
+    def forgotten(self) -> dict[str, int]:
+        """How many messages, runs and DLQ entries retention forgot (none without it)."""
+        if self.retention is None:
+            return {"messages": 0, "runs": 0, "dlq": 0}
+        return dict(self.retention.forgotten)
+
+    def view_since(self, *, messages: int, deliveries: int, runs: int, api_errors: int) -> Store:
+        """A shallow copy whose histories start at these positions (each counted over all
+        there ever was, what retention forgot included): the messages created or attempted
+        since, their DLQ entries, the runs started since, the API calls rejected since. For
+        reading (a report), never changed."""
+        view = copy.copy(self)
+        since = max(0, deliveries - self.deliveries.dropped)
+        touched = {d.message_id for d in self.deliveries[since:]}
+        touched.update(self.in_flight)
+        # Retention forgets the oldest first (mostly): what it forgot shifts the positions.
+        forgotten = self.forgotten()
+        view.messages = {
+            message_id: message
+            for index, (message_id, message) in enumerate(self.messages.items())
+            if index + forgotten["messages"] >= messages or message_id in touched
+        }
+        view.dlq = DeadLetters()
+        view.dlq.update(
+            (dlq_id, entry)
+            for dlq_id, entry in self.dlq.items()
+            if entry.message.message_id in view.messages
+        )
+        view.workflows = copy.copy(self.workflows)
+        first_run = max(0, runs - forgotten["runs"])
+        view.workflows.runs = dict(list(self.workflows.runs.items())[first_run:])
+        view.api_errors = RejectedCalls()
+        new_errors = self.api_errors.total - api_errors
+        for call in list(self.api_errors)[max(0, len(self.api_errors) - new_errors) :]:
+            view.api_errors.record(call)
+        view.api_errors.total = new_errors
+        return view
+
+    def awaits_callbacks(self, message_id: str) -> bool:
+        """Whether callbacks about the message are still to finish."""
+        return message_id in self._callbacks_pending
+
+    # -- creation ---------------------------------------------------------------------------
+    def create_message(
+        self,
+        url: str,
+        content: bytes,
+        opts: MessageOptions,
+        *,
+        queue: str | None = None,
+        url_group: str | None = None,
+        endpoint_name: str | None = None,
+        schedule_id: str | None = None,
+        callback_for: str | None = None,
+        max_retries: int | None = None,
+        cause: Message | None = None,
+    ) -> Message:
+        """A new message, due when ``opts`` say. The message keeps ``opts`` (a run's later
+        step fills in its run's settings there): options another message or a schedule holds
+        are copied first. ``cause``: the message whose delivery (or attempt, for a callback)
+        published it, if any: what the loop guard and ``drain`` follow."""
+        now = self.clock.now_ms
+        if opts.workflow_headers:
+            self.workflows.inherit(opts)  # a later step takes its run's trigger settings
+        not_before = opts.due_ms(now)
+        retries = opts.retries if opts.retries is not None else max_retries
+        message = Message(
+            message_id=self.ids.message_id(),
+            url=url,
+            content=content,
+            created_ms=now,
+            not_before_ms=not_before,
+            max_retries=self.default_retries if retries is None else retries,
+            options=opts,
+            queue=queue,
+            url_group=url_group,
+            endpoint_name=endpoint_name,
+            schedule_id=schedule_id,
+            callback_for=callback_for,
+        )
+        parent = cause
+        if parent is not None and not_before <= now:
+            message.cascade_depth = parent.cascade_depth + 1
+        message.from_schedule = schedule_id is not None or (
+            parent is not None and parent.from_schedule
+        )
+        self.messages[message.message_id] = message
+        if callback_for is not None:
+            self._callbacks_pending.setdefault(callback_for, set()).add(message.message_id)
+        self.queues.join(queue, message.message_id, now)
+        # A key exists (and takes this message's limits) from the publish naming it.
+        self.flow_keys.named(opts.flow_control, now)
+        self._record(message.created(now))
+        self._plan_delivery(message, not_before)
+        # Upstash Workflow: the one place a message joins its run (or starts one).
+        if opts.workflow_headers and not self.workflows.track(
+            message, opts.workflow_headers, now, opts
+        ):
+            self.cancel(message)  # for a run that has ended: never delivered
+        elif cause is not None and cause.workflow_run_id is None:
+            self._link_started_run(cause, message)
+        return message
+
+    def _link_started_run(self, cause: Message, message: Message) -> None:
+        """A plain message whose delivery began a run (a publish to a workflow route): the
+        run's first message is its start, and the plain one says which run it started."""
+        found = self.workflows.membership(message.message_id) if message.workflow_run_id else None
+        if found is not None and found[0].messages[:1] == [message]:
+            cause.started_run_id = message.workflow_run_id
+
+    def publish(
+        self,
+        destination: str,
+        content: bytes,
+        opts: MessageOptions,
+        *,
+        queue: str | None = None,
+        schedule_id: str | None = None,
+        cause: Message | None = None,
+    ) -> tuple[list[Published], bool]:
+        """Publish to a URL, or fan out to every endpoint of a URL group (one message each,
+        each deduplicated on its own). Returns what was published and whether it was a group.
+        ``cause``: the message whose delivery published this (``create_message``)."""
+        if is_url(destination):
+            one = self._publish_one(destination, content, opts, queue, schedule_id, cause=cause)
+            return [one], False
+        group = self.url_groups.get(destination)
+        if group is None or not group.endpoints:
+            raise UnknownDestination(destination)
+        return [
+            self._publish_one(
+                endpoint.url,
+                content,
+                opts,
+                queue,
+                schedule_id,
+                group.name,
+                endpoint.name,
+                cause=cause,
+            )
+            for endpoint in group.endpoints
+        ], True
+
+    def _publish_one(
+        self,
+        url: str,
+        content: bytes,
+        opts: MessageOptions,
+        queue: str | None,
+        schedule_id: str | None,
+        url_group: str | None = None,
+        endpoint_name: str | None = None,
+        *,
+        cause: Message | None,
+    ) -> Published:
+        key = dedup_key(url, content, opts)
+        if key is not None and url_group is not None:
+            # One deduplication id, many endpoints: each endpoint message is its own entry.
+            key = f"{key}|{url}"
+        original_id = self.dedup.deduplicated(key, self.clock.now_ms)
+        original = self.messages.get(original_id) if original_id is not None else None
+        original = original or self.workflows.existing_init(opts.workflow_headers)
+        endpoint_url = url if url_group else None
+        if original is not None:
+            return Published(original, True, endpoint_url)
+        message = self.create_message(
+            url,
+            content,
+            opts,
+            queue=queue,
+            url_group=url_group,
+            endpoint_name=endpoint_name,
+            schedule_id=schedule_id,
+            cause=cause,
+        )
+        self.dedup.remember(key, message.message_id, self.clock.now_ms)
+        return Published(message, False, endpoint_url)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def live_message(self, message_id: str, generation: int) -> Message | None:
+        """The message a due event is for, unless the event went stale (cancelled, moved on)."""
+        message = self.messages.get(message_id)
+        if message is None or message.done or self._generation.get(message_id) != generation:
+            return None
+        return message
+
+    def start_attempt(self, message: Message) -> Attempt:
+        """An attempt starts now: the message is ACTIVE until the attempt ends. Until the app
+        has answered, what its app publishes is caused by it (the dispatcher says so)."""
+        previous = message.state
+        self._record(message.start(self.clock.now_ms))
+        self._attempt_seq += 1
+        fc = message.flow_control
+        attempt = Attempt(
+            message,
+            self.clock.now_ms,
+            previous,
+            self._attempt_seq,
+            flow_key=fc.key if fc is not None and fc.key else None,
+        )
+        self.in_flight[message.message_id] = attempt
+        return attempt
+
+    def answered(self, attempt: Attempt, result: AttemptResult, duration_ms: int) -> bool:
+        """The app answered the call an attempt started with. Returns True when the attempt
+        ends now; otherwise it stays in flight until ``duration_ms`` after its start, or until
+        its timeout cuts it (the answer is then discarded), and an end event is planned."""
+        message = attempt.message
+        if message.state == "CANCELED" or duration_ms <= 0:
+            attempt.result, attempt.ends_ms = result, attempt.started_ms
+            return True  # cancelled while being called: its answer is what it answered
+        limit = self.deadline_ms(message)
+        if duration_ms > limit:
+            result = AttemptResult(
+                None,
+                httpx.Headers(),
+                b"",
+                timeout_error(message.method, message.url),
+                result.exception,
+            )
+            duration_ms = limit
+        attempt.result = result
+        attempt.ends_ms = attempt.started_ms + duration_ms
+        if attempt.ends_ms <= self.clock.now_ms:
+            return True
+        self.clock.schedule(attempt.ends_ms, "end", message.message_id, attempt.generation)
+        return False
+
+    def deadline_ms(self, message: Message) -> int:
+        """The longest an attempt of ``message`` may take: its ``Upstash-Timeout``, capped by
+        the plan's maximum response duration (a timeout only shortens the plan's)."""
+        if message.timeout_ms is None:
+            return self.max_response_ms
+        return min(self.max_response_ms, message.timeout_ms)
+
+    def attempt_due(self, message_id: str, generation: int) -> Attempt | None:
+        """The attempt an end event is for, unless it ended already (cut by a cancel)."""
+        attempt = self.in_flight.get(message_id)
+        if attempt is None or attempt.generation != generation:
+            return None
+        return attempt
+
+    def end_attempt(self, attempt: Attempt) -> tuple[Delivery, DlqEntry | None]:
+        """An attempt ends now: record it as a delivery, apply its outcome (retry, fail into
+        the DLQ, or delivered), and free its slots."""
+        message = attempt.message
+        result = attempt.result
+        assert result is not None
+        delivery = Delivery(
+            message_id=message.message_id,
+            url=message.url,
+            method=message.method,
+            headers=attempt.headers if attempt.headers is not None else httpx.Headers(),
+            content=attempt.content,
+            at_ms=attempt.started_ms,
+            retried=message.retried,
+            status=result.status,
+            response_headers=result.headers,
+            response_content=result.content,
+            error=result.error,
+            exception=result.exception,
+            kind=message.kind,
+            ended_ms=self.clock.now_ms,
+        )
+        message.deliveries.append(delivery)
+        self.deliveries.append(delivery)
+        self._release_slots(attempt)
+        dlq_entry = self.finish_attempt(message, result)
+        # No callbacks for a message cancelled while this attempt was in flight.
+        if message.callback and message.state != "CANCELED":
+            self._publish_callback(message, delivery, message.callback)
+        if dlq_entry is not None and message.failure_callback:
+            self._publish_callback(message, delivery, message.failure_callback, dlq_entry)
+        if len(result.content) > KEPT_RESPONSE_BYTES:
+            self._keep_the_start(delivery, dlq_entry, result.content)
+        return delivery, dlq_entry
+
+    def _keep_the_start(self, delivery: Delivery, dlq_entry: DlqEntry | None, whole: bytes) -> None:
+        """Callbacks have carried the whole answer; the attempt's record, its log entries and
+        its DLQ entry keep its first ``KEPT_RESPONSE_BYTES``, so that endpoints answering
+        megabytes do not make the store grow by as much at every attempt."""
+        kept = whole[:KEPT_RESPONSE_BYTES]
+        delivery.response_content = kept
+        if dlq_entry is not None:
+            dlq_entry.response_content = kept
+        # This attempt's log entries are among the last few (callbacks log after them).
+        for event in self.events[-16:]:
+            if event.response_content is whole:
+                event.response_content = kept
+
+    def _publish_callback(
+        self,
+        source: Message,
+        delivery: Delivery,
+        url: str,
+        dlq_entry: DlqEntry | None = None,
+    ) -> None:
+        callback = self.create_message(
+            url,
+            callback_payload(source, delivery, self.workflows, dlq_entry),
+            callback_options(source, failure=dlq_entry is not None),
+            callback_for=source.message_id,
+            max_retries=source.max_retries,
+            cause=source,  # a callback continues the cascade
+        )
+        callback.is_failure_callback = dlq_entry is not None
+
+    def _release_slots(self, attempt: Attempt) -> None:
+        """The attempt is no longer in flight: what waited for its slot may start."""
+        self.in_flight.pop(attempt.message.message_id, None)
+        if attempt.flow_key is not None:
+            flow = self.flow_keys.attempt_ended(attempt.flow_key)
+            if flow is not None:
+                self._release(flow)
+        if self._global_waiting:
+            room = self.global_parallelism - len(self.in_flight)
+            for message_id in list(islice(self._global_waiting, max(0, room))):
+                del self._global_waiting[message_id]
+                self._plan_delivery(self.messages[message_id], self.clock.now_ms)
+
+    def requeue(self, attempt: Attempt) -> None:
+        """Put back an attempt that could not be made (nothing to deliver it to, or cut
+        short); the log forgets the ACTIVE it was started with, as no attempt happened."""
+        message = attempt.message
+        # Cancelled while its app was being called: the cancel stands (it is not due again).
+        cancelled = message.state == "CANCELED"
+        if not cancelled:
+            message.put_back(attempt.previous_state)
+        for position in range(len(self.events) - 1, -1, -1):
+            event = self.events[position]
+            if event.message_id == message.message_id:
+                if event.state == "ACTIVE":
+                    del self.events[position]
+                break
+        if attempt.flow_key is not None and attempt.flow_key in self.flow_keys:
+            flow = self.flow_keys[attempt.flow_key]
+            flow.rate_count = max(0, flow.rate_count - 1)  # it never started
+        self._release_slots(attempt)
+        if not cancelled:
+            self._plan_delivery(message, self.clock.now_ms)
+
+    def finish_attempt(self, message: Message, result: AttemptResult) -> DlqEntry | None:
+        """Record an attempt's outcome; schedule the retry or fail for good (into the DLQ)."""
+        if message.state == "CANCELED":
+            # Cancelled while this attempt was in flight (e.g. by the handler itself): the
+            # attempt happened, but a cancelled message is never retried nor dead-lettered.
+            return None
+        now = self.clock.now_ms
+        if result.ok:
+            self._record(message.succeed(result, now))
+            self._finished(message)
+            return None
+        self._record(message.error(result, now))
+        if result.non_retryable or message.retried >= message.max_retries:
+            return self._fail(message, result)
+        due = now + message.delay_before_retry_ms(result.headers, now)
+        self._record(message.retry(due, now))
+        self._plan_delivery(message, due)
+        return None
+
+    def cancel(self, message: Message) -> bool:
+        if message.done:
+            return False
+        self._generation[message.message_id] = -1  # any due event for it is now stale
+        self._record(*message.cancel(self.clock.now_ms))
+        self._global_waiting.pop(message.message_id, None)
+        attempt = self.in_flight.get(message.message_id)
+        if attempt is not None and attempt.ends_ms is not None:
+            # In flight past its call: cut now, its answer discarded, its slots freed. (One
+            # cancelled while its app is being called ends with the app's answer instead.)
+            attempt.result = AttemptResult(None, httpx.Headers(), b"", CANCELED_IN_FLIGHT)
+            self.end_attempt(attempt)
+        self._finished(message)
+        return True
+
+    # -- what the plan and the destinations allow (their rules: plans.py, deliverable.py) --
+    def check_message(self, opts: MessageOptions, content: bytes) -> None:
+        """Refuse a publish (or a schedule's template) over the plan's size, delay or retries
+        (``PlanLimitExceeded``)."""
+        now = self.clock.now_ms
+        plans.check_message(self.plan, len(content), opts.due_ms(now) - now, opts.retries)
+
+    def check_new_url_group(self, name: str) -> None:
+        """Refuse a URL group the plan has no room for (one that exists creates nothing)."""
+        if name not in self.url_groups:
+            plans.check_url_groups(self.plan, len(self.url_groups))
+
+    def check_new_schedule(self, schedule_id: str | None) -> None:
+        """Refuse a schedule over the plan's active schedules (an overwrite creates none)."""
+        if schedule_id is not None and schedule_id in self.schedules:
+            return
+        plans.check_active_schedules(self.plan, self._active_schedules())
+
+    def check_resumed_schedule(self, schedule_id: str) -> None:
+        """A paused schedule that resumes becomes active again: it counts against the limit."""
+        schedule = self.schedules.get(schedule_id)
+        if schedule is not None and schedule.paused:
+            plans.check_active_schedules(self.plan, self._active_schedules())
+
+    def check_queues(self, names: Iterable[str | None], parallelism: int | None = None) -> None:
+        """Refuse an upsert or enqueue that would create more queues than the plan holds
+        (queues that exist create nothing), or give a queue more parallelism than it allows."""
+        new = {name for name in names if name is not None and name not in self.queues}
+        plans.check_queues(self.plan, len(self.queues), len(new), parallelism)
+
+    def checked_destination(self, destination: str, *, group_needs_endpoints: bool) -> str:
+        """The destination a publish or schedule names, as it is published to, or
+        ``Undeliverable`` (``deliverable.checked_destination``)."""
+        return checked_destination(
+            destination, self.url_groups, group_needs_endpoints=group_needs_endpoints
+        )
+
+    def _active_schedules(self) -> int:
+        return sum(1 for s in self.schedules.values() if not s.paused)
+
+    def count_daily(self, count: int) -> None:
+        """Count ``count`` messages the API publishes against the plan's daily quota (a UTC
+        day), or refuse them all (``DailyQuotaExceeded``) when they would exceed it. Only
+        what the API publishes counts: not retries, callbacks or schedule firings."""
+        limit = self.plan.messages_per_day
+        if limit is None:
+            return
+        now = self.clock.now_ms
+        day_start = now - now % DAY_MS
+        day, used = self._published_day
+        if day != day_start:
+            used = 0
+        if used + count > limit:
+            raise DailyQuotaExceeded(self.plan.name, limit, used, day_start + DAY_MS)
+        self._published_day = (day_start, used + count)
+
+    def succeed_run(self, run: WorkflowRun, response: str | None = None) -> None:
+        """The app reported that a run's route returned (``response``: what it returned)."""
+        self.workflows.succeed(run, self.clock.now_ms, response)
+
+    def cancel_run(self, run: WorkflowRun) -> None:
+        """Cancel an active run, and its messages still owed a delivery with it."""
+        for message in self.workflows.cancel(run, self.clock.now_ms):
+            self.cancel(message)
+
+    def end_refused_runs(self, run_ids: Iterable[str], reason: str) -> None:
+        """The API refused a step publish of these runs (``reason``): the SDK takes that
+        answer for a cancel and stops, so each active one ends RUN_FAILED, the reason kept,
+        and its messages still owed a delivery are cancelled."""
+        for run_id in run_ids:
+            run = self.workflows.get(run_id)
+            if run is not None and run.active:
+                for message in self.workflows.refuse_step(run, reason, self.clock.now_ms):
+                    self.cancel(message)
+
+    def redeliver(self, message: Message) -> None:
+        """Deliver a DELIVERED message again, as QStash's at-least-once delivery may: same
+        id, body and headers, the same ``Upstash-Retried``, a fresh signature. It is pending
+        again (CREATED) and due now; the log shows a second ACTIVE and DELIVERED."""
+        now = self.clock.now_ms
+        message.redeliver(now)  # InvalidTransition (a ValueError) unless DELIVERED
+        self.queues.join(message.queue, message.message_id, now)
+        self.flow_keys.named(message.flow_control, now)
+        self._plan_delivery(message, now)
+
+    def run_now(self, message: Message) -> None:
+        """Make a waiting message due now (QStash's "run now" / "retry now"):
+        ``InvalidTransition`` unless it is waiting (CREATED, or RETRY)."""
+        message.run_now(self.clock.now_ms)
+        self._plan_delivery(message, self.clock.now_ms)
+
+    def pending(self) -> Iterable[Message]:
+        return (m for m in self.messages.values() if not m.done)
+
+    # -- dead letters -----------------------------------------------------------------------
+    def retry_dlq_entry(
+        self,
+        dlq_id: str,
+        overrides: MessageOptions | None = None,
+        *,
+        cause: Message | None = None,
+    ) -> Message:
+        """Publish a dead letter again and drop its entry: a new message (new id, retries
+        counted from zero) with the stored URL, body, headers and options.
+
+        ``overrides`` replace the stored options they name (``given``: ``Upstash-Retries:
+        0``, ``Upstash-Forward-X: 2`` read by the API). Raises ``KeyError`` for an unknown
+        id. Deduplication options are not carried over: the retry would otherwise be
+        deduplicated into the message that failed.
+        """
+        entry = self.dlq[dlq_id]
+        failed = entry.message
+        opts = failed.options.republished()
+        opts.retries = failed.max_retries
+        if overrides is not None:
+            opts = opts.overridden(overrides)
+            opts.deduplication_id, opts.content_based_deduplication = None, False
+        message = self.create_message(
+            failed.url,
+            failed.content,
+            opts,
+            queue=failed.queue,
+            url_group=failed.url_group,
+            endpoint_name=failed.endpoint_name,
+            schedule_id=failed.schedule_id,
+            callback_for=failed.callback_for,
+            cause=cause,
+        )
+        message.is_failure_callback = failed.is_failure_callback
+        message.retried_from = failed.message_id
+        message.from_schedule = False  # the test's own doing now, whatever started it
+        if failed.workflow_run_id is not None:
+            self.workflows.replace_dead_letter(failed, message, entry)
+        del self.dlq[dlq_id]
+        return message
+
+    def delete_dead_letter(self, dlq_id: str) -> bool:
+        """Drop a DLQ entry; False when there is none with this id."""
+        return self.dlq.delete(dlq_id)
+
+    # -- the workflow DLQ (its rules: workflow_dlq.py) ----------------------------------------
+    def resume_run(
+        self,
+        dlq_id: str,
+        overrides: MessageOptions | None = None,
+        *,
+        cause: Message | None = None,
+    ) -> WorkflowRun:
+        """A new run going on from the step that failed the run of the workflow DLQ entry
+        ``dlq_id`` (``overrides``: the run settings a request replaces; None: it named none).
+        ``NotAWorkflowEntry`` for an id no failed run has."""
+        return workflow_dlq.resume(self, dlq_id, overrides, cause=cause)
+
+    def restart_run(
+        self,
+        dlq_id: str,
+        overrides: MessageOptions | None = None,
+        *,
+        cause: Message | None = None,
+    ) -> WorkflowRun:
+        """A new run from the start of the failed run of the workflow DLQ entry ``dlq_id``."""
+        return workflow_dlq.restart(self, dlq_id, overrides, cause=cause)
+
+    def retry_failure_function(self, dlq_id: str, *, cause: Message | None = None) -> WorkflowRun:
+        """Call the failure function of the failed run of ``dlq_id`` again, once its call
+        failed (``FailureFunctionNotRetryable`` otherwise)."""
+        return workflow_dlq.retry_failure_function(self, dlq_id, cause=cause)
+
+    def cancel_failure_function(self, dlq_id: str) -> WorkflowRun:
+        """Cancel the failure function call of the failed run of ``dlq_id`` in progress
+        (``FailureFunctionNotRetryable`` when none is)."""
+        return workflow_dlq.cancel_failure_function(self, dlq_id)
+
+    # -- triggered runs (their rules: trigger.py) -------------------------------------------
+    def trigger_run(self, call: Trigger, *, cause: Message | None = None) -> str:
+        """Start a run as a workflow client does (``qstash.trigger``); returns its run id.
+        ``ValueError``/``TypeError`` for an argument that is not valid."""
+        return trigger.trigger_run(self, call, cause=cause)
+
+    def start_run(
+        self,
+        url: str,
+        content: bytes,
+        opts: MessageOptions,
+        run_id: str,
+        failure_url: str | None,
+        *,
+        cause: Message | None = None,
+    ) -> tuple[WorkflowRun, bool]:
+        """Publish the init message of run ``run_id`` as the workflow clients do
+        (``POST /v2/trigger``); returns the run and whether it existed already."""
+        return trigger.start_run(self, url, content, opts, run_id, failure_url, cause=cause)
+
+    # -- provisioning -----------------------------------------------------------------------
+    def carry_over_from(self, old: Store, keep: Collection[str]) -> None:
+        """Take the resources named in ``keep`` (URL groups, queues, schedules) from ``old``,
+        as resources, never as history (``provisioned.py``)."""
+        provisioned.carry_over(old, self, keep)
+
+    # -- URL groups -------------------------------------------------------------------------
+    def upsert_url_group(self, name: str, endpoints: Iterable[Endpoint]) -> UrlGroup:
+        """Add the endpoints to the group ``name`` (created if the plan has room for it); an
+        endpoint whose URL it has already is renamed."""
+        self.check_new_url_group(name)
+        now = self.clock.now_ms
+        group = self.url_groups.get(name)
+        if group is None:
+            group = self.url_groups[name] = UrlGroup(name, now, now)
+        for endpoint in endpoints:
+            group.upsert(endpoint, now)
+        return group
+
+    def remove_url_group_endpoints(self, name: str, endpoints: Iterable[Endpoint]) -> None:
+        """Remove the endpoints (by URL, or by name) from an existing group (``KeyError`` for
+        an unknown one); QStash deletes a group once it is empty."""
+        group = self.url_groups[name]
+        for endpoint in endpoints:
+            group.remove(endpoint.url or None, endpoint.name, self.clock.now_ms)
+        if not group.endpoints:
+            del self.url_groups[name]
+
+    def delete_url_group(self, name: str) -> bool:
+        return self.url_groups.pop(name, None) is not None
+
+    # -- queues -----------------------------------------------------------------------------
+    def queue(self, name: str) -> Queue:
+        """The queue called ``name``, created (parallelism 1) if it does not exist."""
+        return self.queues.queue(name, self.clock.now_ms)
+
+    def admission(self, message: Message, at_ms: int) -> tuple[Hold | None, int | None]:
+        """The admission rule, read without changing anything: what holds a message due at
+        ``at_ms`` back, if anything, and when it may start. In order: its queue (it is not
+        among the first ``parallelism`` of the queue's unfinished messages, or the queue is
+        paused), the account's global parallelism (used up), its flow-control key (paused or
+        its parallelism used up: no time, an attempt's end or a resume releases it; over its
+        rate: when the key's period ends). ``may_start`` applies it; the scheduler reads it
+        (``start_ms``)."""
+        if self.queues.holds(message.queue, message.message_id):
+            return "queue", None
+        if len(self.in_flight) >= self.global_parallelism:
+            return "parallelism", None
+        flow = self._flow_of(message)
+        if flow is None:
+            return None, at_ms
+        start = flow.next_start_ms(at_ms)
+        return (None if start == at_ms else "flow"), start
+
+    def start_ms(self, message: Message, due_ms: int) -> int | None:
+        """When a message due at ``due_ms`` may start as the admission rule stands now; None
+        while something holds it until released (``admission``)."""
+        return self.admission(message, due_ms)[1]
+
+    def may_start(self, message: Message) -> bool:
+        """Whether a due message may be attempted now (``admission``); if so its attempt is
+        counted against its flow-control key. If not, it waits where it is held and is
+        released when that allows it."""
+        now = self.clock.now_ms
+        fc = message.flow_control
+        if fc is not None and fc.key:
+            self.flow_keys.key(fc.key, now)  # a key exists from the first message naming it
+        held_by, _ = self.admission(message, now)
+        flow = self._flow_of(message)
+        if held_by is None:
+            if flow is not None:
+                flow.count_start(now)
+            return True
+        if held_by == "queue":
+            self.queues.park(message.queue, message.message_id)
+        elif held_by == "parallelism":
+            self._global_waiting[message.message_id] = None
+        else:
+            assert flow is not None
+            flow.waiting[message.message_id] = None
+            self._plan_wake(flow)
+        return False
+
+    def _flow_of(self, message: Message) -> FlowKey | None:
+        fc = message.flow_control
+        return self.flow_keys.get(fc.key) if fc is not None and fc.key else None
+
+    def flow_key(self, key: str) -> FlowKey:
+        return self.flow_keys.key(key, self.clock.now_ms)
+
+    def wake_flow(self, key: str) -> None:
+        """A flow-control key's period ended (or it was resumed, pinned, reset): release what
+        now fits."""
+        flow = self.flow_keys.get(key)
+        if flow is None:
+            return
+        flow.wake_ms = None
+        self._release(flow)
+
+    def pause_flow_key(self, key: str) -> FlowKey:
+        """Hold every message of the key (created if it does not exist) until resumed."""
+        flow = self.flow_key(key)
+        flow.paused = True
+        return flow
+
+    def resume_flow_key(self, key: str) -> FlowKey:
+        flow = self.flow_key(key)
+        flow.paused = False
+        self.wake_flow(key)
+        return flow
+
+    def pin_flow_key(
+        self,
+        key: str,
+        *,
+        parallelism: int | None = None,
+        rate: int | None = None,
+        period_s: int | None = None,
+    ) -> FlowKey:
+        """Pin the limits given on the key (created if it does not exist); a new rate period
+        starts now."""
+        flow = self.flow_key(key)
+        flow.pin(self.clock.now_ms, parallelism=parallelism, rate=rate, period_s=period_s)
+        self.wake_flow(key)
+        return flow
+
+    def unpin_flow_key(self, key: str, *, parallelism: bool, rate: bool) -> FlowKey:
+        """Unpin the limits named on an existing key (``KeyError`` for an unknown one)."""
+        flow = self.flow_keys[key]
+        flow.unpin(parallelism=parallelism, rate=rate)
+        self.wake_flow(key)
+        return flow
+
+    def reset_flow_rate(self, key: str) -> FlowKey:
+        """Start a new rate period now on an existing key (``KeyError`` for an unknown one)."""
+        flow = self.flow_keys[key]
+        flow.reset_rate(self.clock.now_ms)
+        self.wake_flow(key)
+        return flow
+
+    def _release(self, flow: FlowKey) -> None:
+        now = self.clock.now_ms
+        for message_id in self.flow_keys.release(flow, now):
+            self._plan_delivery(self.messages[message_id], now)
+        self._plan_wake(flow)
+
+    def _plan_wake(self, flow: FlowKey) -> None:
+        wake_ms = self.flow_keys.plan_wake(flow, self.clock.now_ms)
+        if wake_ms is not None:
+            self.clock.schedule(wake_ms, "flow", flow.key)
+
+    def update_queue(
+        self, name: str, *, parallelism: int | None = None, paused: bool | None = None
+    ) -> Queue:
+        queue = self.queue(name)
+        if parallelism is not None:
+            queue.parallelism = parallelism
+        if paused is not None:
+            queue.paused = paused
+        queue.updated_ms = self.clock.now_ms
+        self._start_released(self.queues.release(queue))
+        return queue
+
+    def delete_queue(self, name: str) -> bool:
+        queue = self.queues.pop(name, None)
+        if queue is None:
+            return False
+        # Its waiting messages go with it (logged as cancelled), never delivered unordered.
+        for message_id in list(queue.members):
+            self.cancel(self.messages[message_id])
+        return True
+
+    def _finished(self, message: Message) -> None:
+        """A message reached its final state: free its queue slot, unless callbacks about it
+        are still to come (they are published right after this attempt) or to finish."""
+        if self.retention is not None:
+            self.retention.message_finished(message.message_id, self.clock.now_ms)
+        if message.callback_for is not None:
+            self._callback_finished(message)
+        self.flow_keys.finished(message.message_id, message.flow_control)
+        awaits_callbacks = message.state != "CANCELED" and (
+            message.callback is not None
+            or (message.state == "FAILED" and message.failure_callback is not None)
+            or message.message_id in self._callbacks_pending
+        )
+        if not awaits_callbacks:
+            self._leave_queue(message)
+
+    def _callback_finished(self, callback: Message) -> None:
+        source_id = callback.callback_for
+        assert source_id is not None
+        pending = self._callbacks_pending.get(source_id)
+        if pending is None:
+            return
+        pending.discard(callback.message_id)
+        if pending:
+            return
+        del self._callbacks_pending[source_id]
+        source = self.messages.get(source_id)
+        if source is not None and source.done:
+            self._leave_queue(source)
+
+    def _leave_queue(self, message: Message) -> None:
+        self._start_released(self.queues.leave(message.queue, message.message_id))
+
+    def _start_released(self, message_ids: list[str]) -> None:
+        """Plan the messages their queue let go, each when it is due."""
+        for message_id in message_ids:
+            message = self.messages[message_id]
+            self._plan_delivery(message, max(message.not_before_ms, self.clock.now_ms))
+
+    # -- schedules --------------------------------------------------------------------------
+    def put_schedule(
+        self,
+        destination: str,
+        cron: CronExpression,
+        content: bytes,
+        opts: MessageOptions,
+    ) -> tuple[Schedule, bool]:
+        """Create a schedule (or overwrite the one ``opts.schedule_id`` names); returns it and
+        whether the creation was deduplicated into an existing one."""
+        return self.schedules.put(destination, cron, content, opts, opts.schedule_id)
+
+    def delete_schedule(self, schedule_id: str) -> bool:
+        return self.schedules.delete(schedule_id)
+
+    def pause_schedule(self, schedule: Schedule) -> None:
+        self.schedules.pause(schedule)
+
+    def resume_schedule(self, schedule: Schedule) -> None:
+        self.schedules.resume(schedule)
+
+    def fire_schedule(self, schedule_id: str, generation: int) -> list[Message]:
+        """A cron firing: its schedule publishes from the template and plans the next one."""
+        return self.schedules.fire(schedule_id, generation, self._publish_firing)
+
+    def _publish_firing(self, schedule: Schedule) -> list[Message]:
+        opts = schedule.options
+        if opts.workflow_headers:
+            opts = opts.copy()  # a run's step takes its settings in place: not the template's
+        published, _ = self.publish(
+            schedule.destination,
+            schedule.content,
+            opts,
+            queue=schedule.queue,
+            schedule_id=schedule.schedule_id,
+        )
+        return [p.message for p in published]
+
+    def _run_ended(self, run: WorkflowRun) -> None:
+        """A workflow run ended: its waits end with it, and a run another one invoked
+        reports its outcome to that run."""
+        self.waiters.forget_run(run.run_id)
+        self._report_invocation(run)
+        if self.retention is not None:
+            self.retention.run_ended(run.run_id, self.clock.now_ms)
+
+    def record_invoker(self, started: Iterable[Message], invoker: Invoker) -> None:
+        """The runs the messages ``started`` (an invoke's publish) remember ``invoker``, to
+        report their outcome to it; a run that has one already keeps it."""
+        for message in started:
+            run_id = message.workflow_run_id
+            run = self.workflows.get(run_id) if run_id else None
+            if run is not None and run.invoker is None:
+                run.invoker = invoker
+
+    def _report_invocation(self, run: WorkflowRun) -> Message | None:
+        """When another run invoked ``run``, publish the invoke step back into that run with
+        the outcome (a run that ended since takes nothing)."""
+        invoker = run.invoker
+        if invoker is None or run.state == "RUN_STARTED" or not invoker.url or not invoker.options:
+            return None
+        target = self.workflows.get(invoker.run_id)
+        if target is None or not target.active:
+            return None
+        entry = self.dlq.get(run.dlq_id) if run.dlq_id else None
+        url, content, opts = outcome_step(run, None if entry is None else entry.response_body)
+        published, _ = self.publish(url, content, opts)
+        return published[0].message
+
+    # -- workflow waits ---------------------------------------------------------------------
+    def wait(
+        self,
+        run: WorkflowRun,
+        event_id: str,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str],
+        options: MessageOptions,
+        timeout_options: MessageOptions,
+        *,
+        cause: Message | None = None,
+    ) -> Waiter | Message:
+        """The run waits for ``event_id``: a ``Waiter`` until a notify or its timeout, or, when
+        a notify for the run was kept, the resumed step's message at once (``waiters.py``).
+        ``options`` publish the step when notified, ``timeout_options`` when timed out.
+        ``ValueError`` for a timeout that is not a duration."""
+        now = self.clock.now_ms
+        waiter = new_waiter(
+            run, event_id, body, headers, now, self.waiters.new_id(), options, timeout_options
+        )
+        saved = self.waiters.take_saved(run.run_id, event_id)
+        if saved is not None:
+            return self._resume(waiter, saved, cause)
+        self.waiters.add(waiter)
+        waiter.generation = 1
+        self.clock.schedule(waiter.deadline_ms, "wait", waiter.waiter_id, waiter.generation)
+        return waiter
+
+    def notify(
+        self,
+        event_id: str,
+        data: bytes,
+        run_id: str | None = None,
+        *,
+        cause: Message | None = None,
+    ) -> list[tuple[WorkflowRun, Waiter | None, Message | None]]:
+        """Notify ``event_id``: every run waiting for it (``run_id`` None; the event is lost
+        when none waits), or the run ``run_id``, whose notify is kept when it is not waiting.
+        Returns, per run reached, the waiter notified and the message resuming it (both None
+        when kept). ``KeyError`` when ``run_id`` names no active run."""
+        if run_id is not None:
+            run = self.workflows.get(run_id)
+            if run is None or not run.active:
+                raise KeyError(run_id)
+            mine = [w for w in self.waiters.of_event(event_id) if w.run_id == run_id]
+            if not mine:
+                self.waiters.save(run_id, event_id, data)
+                return [(run, None, None)]
+            targets = mine
+        else:
+            targets = self.waiters.of_event(event_id)
+        out: list[tuple[WorkflowRun, Waiter | None, Message | None]] = []
+        for waiter in targets:
+            run = self.workflows.get(waiter.run_id)
+            self.waiters.remove(waiter)
+            if run is None or not run.active:
+                continue
+            out.append((run, waiter, self._resume(waiter, data, cause)))
+        return out
+
+    def wait_timed_out(self, waiter_id: str, generation: int) -> Message | None:
+        """A wait's timeout came: its step goes back to the run timed out."""
+        waiter = self.waiters.live(waiter_id, generation)
+        if waiter is None:
+            return None
+        self.waiters.remove(waiter)
+        run = self.workflows.get(waiter.run_id)
+        if run is None or not run.active:
+            return None
+        return self._resume(waiter, None, None)
+
+    def _resume(self, waiter: Waiter, data: bytes | None, cause: Message | None) -> Message:
+        """Publish the wait step back into its run: notified with ``data``, or timed out."""
+        url, content, opts = resume_step(waiter, data)
+        published, _ = self.publish(url, content, opts, cause=cause)
+        return published[0].message
+
+    # -- internals --------------------------------------------------------------------------
+    def _record(self, *events: Event) -> None:
+        """Log what a message's transition returned (``Message.start``, ``fail``, ...)."""
+        for event in events:
+            self.events.append(event)
+
+    def _plan_delivery(self, message: Message, due_ms: int) -> None:
+        generation = self._generation.get(message.message_id, 0) + 1
+        self._generation[message.message_id] = generation
+        self.clock.schedule(due_ms, "deliver", message.message_id, generation)
+
+    def _fail(self, message: Message, result: AttemptResult) -> DlqEntry | None:
+        self._record(message.fail(result, self.clock.now_ms))
+        self._finished(message)
+        if message.workflow_run_id is not None and self.workflows.is_third_party_call(message):
+            return None
+        entry = self.dlq.add(message, result, self.clock.now_ms)
+        if self.retention is not None:
+            self.retention.dead_lettered(entry)
+        if message.workflow_run_id is not None:
+            self.workflows.message_failed(message, entry, self.clock.now_ms)
+        return entry

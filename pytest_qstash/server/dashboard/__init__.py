@@ -1,0 +1,1 @@
+"""The dashboard ``pytest-qstash serve`` shows under ``/_qstash/dashboard``."""

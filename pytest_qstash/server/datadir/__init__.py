@@ -1,0 +1,1 @@
+"""The data dir (``serve --data-dir``): snapshot, journal, the state's plain-data codec."""

@@ -1,0 +1,1 @@
+"""Servers and apps in child processes: ``ServerProcess``, ``AppProcess``, Node apps."""

@@ -1,0 +1,1 @@
+"""How the server delivers: attempts in flight at once, over pooled connections."""
