@@ -56,9 +56,11 @@ MOVED_MODULES = {
 
 
 def new_place(name: str) -> str | None:
-    """Where a module that moved is now, or None."""
+    """Where a module that moved is now, or None. A module whose old name is now its folder's
+    (``pytest_qstash.intercept``) is that folder: it is not aliased."""
     if name in MOVED_MODULES:
-        return MOVED_MODULES[name]
+        new = MOVED_MODULES[name]
+        return None if new.startswith(name + ".") else new
     for old, new in MOVED_PACKAGES.items():
         if name == old or name.startswith(old + "."):
             return new + name[len(old) :]
@@ -102,4 +104,6 @@ class _MovedFinder:
 
 def install() -> None:
     if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
-        sys.meta_path.append(_MovedFinder())
+        # First: a moved package's submodule would otherwise be found again, as a copy, on the
+        # package's new __path__.
+        sys.meta_path.insert(0, _MovedFinder())
