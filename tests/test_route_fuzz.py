@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import re
+import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote
@@ -33,8 +34,11 @@ KEYS = ("sig_fuzz_current", "sig_fuzz_next")
 #: Where each test's clock starts: far from a year's end, as the seeded state needs (a message
 #: due in ten years, a yearly cron).
 START = "2026-06-01T00:00:00Z"
-#: Deliveries go nowhere but loopback: the discard port refuses at once.
-SINK = "http://127.0.0.1:9"
+#: Deliveries go nowhere but loopback: a port bound here for the module's life and never
+#: listened on refuses at once (no assumption that a well-known port such as 9 is free).
+_SINK_SOCKET = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+_SINK_SOCKET.bind(("127.0.0.1", 0))
+SINK = f"http://127.0.0.1:{_SINK_SOCKET.getsockname()[1]}"
 STATE_LISTS = ("messages", "dlq", "schedules", "queues", "url_groups", "runs")
 
 
@@ -73,7 +77,7 @@ odd_text = st.text(
 urls = st.sampled_from(
     [
         f"{SINK}/x",
-        "HTTP://127.0.0.1:9/up",
+        SINK.replace("http://", "HTTP://") + "/up",
         "http://[::1/x",
         "http://127.0.0.1:99999/",
         "http://127.0.0.1:0/",

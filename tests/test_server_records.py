@@ -35,6 +35,7 @@ import pytest
 # route is declared): a first import inside a server test would point the in-process copy of
 # the app at that server, which a later in-process fake does not intercept.
 import records_app
+from ports import closed_port
 from qstash import QStash
 
 from pytest_qstash import FakeQStash
@@ -483,7 +484,11 @@ def test_a_run_over_the_server_equals_the_same_run_in_process(
 def test_every_server_list_holds_the_in_process_model(
     qstash_server: ServerProcess, app: AppProcess
 ) -> None:
-    down = "http://127.0.0.1:9"  # the discard port: every attempt fails at once
+    with closed_port() as port:  # every attempt fails at once
+        _every_list_holds_the_model(qstash_server, app, f"http://127.0.0.1:{port}")
+
+
+def _every_list_holds_the_model(qstash_server: ServerProcess, app: AppProcess, down: str) -> None:
     sdk = QStash(qstash_server.token, base_url=qstash_server.url, retry=False)
     sdk.message.publish_json(
         url=f"{down}/jobs",

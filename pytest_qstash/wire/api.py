@@ -131,9 +131,6 @@ _ROUTES = [(method, re.compile(pattern), handler) for method, pattern, handler i
 
 _log = logging.getLogger("pytest_qstash")
 
-#: QStash resources this fake does not serve yet: answered 501 with the endpoint named.
-_NOT_YET: tuple[str, ...] = ()
-
 
 def handle(
     store: Store,
@@ -249,8 +246,6 @@ def _route(method: str, path: str, query: str, endpoint: str) -> tuple[Handler, 
         return handler, params
     if path_matched:  # a served path, the wrong method: 405, as for every resource
         raise ApiError(405, f"{endpoint}: method not allowed")
-    if path.startswith(_NOT_YET):
-        raise ApiError(501, f"{endpoint} is not implemented by pytest-qstash yet")
     raise ApiError(404, f"{endpoint} is not a QStash endpoint")
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,10 +16,13 @@ def orders(qstash_server: ServerProcess) -> Iterator[NodeApp]:
     """The order service under Node, in its own process, on a free port, talking to the
     server the ``qstash_server`` fixture started (``QSTASH_URL``, the session's token and
     signing keys). Its packages are installed from package-lock.json on first use; without
-    Node or the npm registry, the tests are skipped and say why."""
+    Node or the npm registry, the tests are skipped and say why (in CI, where ``CI=true``, they
+    fail: CI installs Node's packages, and a run must not go green by skipping)."""
     try:
         install_node_packages(APP_DIR)
     except NodeUnavailable as exc:
+        if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
+            pytest.fail(f"required in CI: the Node example needs Node: {exc}", pytrace=False)
         pytest.skip(f"the Node example needs Node: {exc}")
     with NodeApp.start_script(APP_DIR / "orders.mjs", cwd=APP_DIR) as app:
         yield app
