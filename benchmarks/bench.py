@@ -13,7 +13,7 @@ import os
 import platform
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -98,6 +98,12 @@ class Report:
         shown = "-" if ratio is None else f"{ratio:.2f}x"
         self.rows.append(Row(figure, ours, baseline, shown, budget, status))
 
+    def note_attempts(self, first: int, attempts: int) -> None:
+        """The rows from ``first`` on were measured on the last of ``attempts`` tries."""
+        for index in range(first, len(self.rows)):
+            row = self.rows[index]
+            self.rows[index] = replace(row, status=f"{row.status} ({attempts} tries)")
+
     def skip(self, figure: str, why: str, budget: str) -> None:
         self.rows.append(Row(figure, why, "-", "-", budget, "SKIP"))
 
@@ -117,7 +123,7 @@ class Report:
 
     @property
     def failed(self) -> bool:
-        return any(r.status in ("FAIL", "ERROR") for r in self.rows)
+        return any(r.status.split()[0] in ("FAIL", "ERROR") for r in self.rows)
 
 
 class Samples(dict[str, list[float]]):

@@ -52,6 +52,9 @@ def profile(target: str, n: int = 2000) -> None:
     print(profiler.output_text(color=False, show_all=False))
 
 
+#: How many times ``--ci`` measures a figure that missed its ratio budget before it fails.
+CI_ATTEMPTS = 3
+
 _HEADLINE: dict[Mode, str] = {
     "full": "full run: every budget is checked",
     "ci": "CI run: the ratio budgets are checked, at smaller sizes; absolute ones are shown",
@@ -91,10 +94,21 @@ def main() -> int:
     if args.only:
         steps = [step for step in steps if step[0] in args.only]
     for number, budget, step in steps:
-        try:
-            step()
-        except Exception as exc:
-            report.error(f"{number}. (failed to run)", exc, budget)
+        # In CI a missed ratio is measured again, up to CI_ATTEMPTS times in all: a short pass
+        # on a shared machine misses by noise now and then, and a budget that is really missed
+        # misses every time. The rows say how many attempts a figure took.
+        for attempt in range(1, (CI_ATTEMPTS if mode == "ci" else 1) + 1):
+            kept = len(report.rows)
+            try:
+                step()
+            except Exception as exc:
+                report.error(f"{number}. (failed to run)", exc, budget)
+            added = report.rows[kept:]
+            if not any(row.status == "FAIL" for row in added) or attempt == CI_ATTEMPTS:
+                if attempt > 1:
+                    report.note_attempts(kept, attempt)
+                break
+            del report.rows[kept:]
     report.print()
     if report.failed:
         print(

@@ -10,9 +10,13 @@ from bench import Mode, Report, Step
 
 
 def steps(report: Report, mode: Mode) -> list[Step]:
-    tests = {"smoke": 30, "ci": 200, "full": 400}[mode]
-    found: list[Step] = [("2", "<= 3x", lambda: fixture_cost.check(report, tests))]
-    if mode != "ci":  # over real sockets: informational, and too slow for the short pass
-        size = (20, 2) if mode == "smoke" else (300, 7)
-        found.append(("8", "info", lambda: publish_cost.check(report, *size)))
-    return found
+    # Neither in CI's short pass: httpx_mock's cost is a tenth of a millisecond, so a shared
+    # machine's noise moves the fixture's ratio by half of itself (2.5x idle, 3.8-5.5x at a
+    # load of 8); the publish runs over real sockets, informational and slow.
+    if mode == "ci":
+        return []
+    tests, size = (30, (20, 2)) if mode == "smoke" else (400, (300, 7))
+    return [
+        ("2", "<= 3x", lambda: fixture_cost.check(report, tests)),
+        ("8", "info", lambda: publish_cost.check(report, *size)),
+    ]
