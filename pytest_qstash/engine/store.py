@@ -9,13 +9,13 @@ store holds them and delegates. Nothing here knows HTTP.
 from __future__ import annotations
 
 import copy
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable
 from itertools import islice
-from typing import Any, Literal
+from typing import Literal
 
 import httpx
 
-from . import plans, provisioned, trigger, workflow_dlq
+from . import plans, provisioned
 from .account import Account
 from .attempts import (
     CANCELED_IN_FLIGHT,
@@ -33,8 +33,7 @@ from .dlq import DeadLetters
 from .engine import Published
 from .flow_control import FlowKey, FlowKeys
 from .ids import IdGenerator
-from .invocations import outcome_step
-from .models import KEPT_RESPONSE_BYTES, Delivery, DlqEntry, Event, Invoker, Message, Waiter
+from .models import KEPT_RESPONSE_BYTES, Delivery, DlqEntry, Event, Message
 from .options import MessageOptions
 from .plans import DAY_MS, DEFAULT_PLAN, PLANS, DailyQuotaExceeded, Plan
 from .queues import Queue, Queues
@@ -42,10 +41,10 @@ from .rejections import RejectedCall, RejectedCalls
 from .retention import Retention, Trail
 from .retry import DEFAULT_RETRIES
 from .schedules import CronExpression, Schedule, Schedules
+from .store_runs import RunVerbs
 from .url_groups import Endpoint, UnknownDestination, UrlGroup
-from .verb_specs import Trigger
-from .waiters import Waiters, new_waiter, resume_step
-from .workflows import WorkflowRun, WorkflowRuns
+from .waiters import Waiters
+from .workflows import WorkflowRuns
 
 #: What holds a due message back (``Store.admission``).
 Hold = Literal["queue", "parallelism", "flow"]
@@ -61,7 +60,7 @@ __all__ = [
 ]
 
 
-class Store:
+class Store(RunVerbs):
     def __init__(
         self,
         clock: VirtualClock,
@@ -569,25 +568,6 @@ class Store:
             raise DailyQuotaExceeded(self.plan.name, limit, used, day_start + DAY_MS)
         self._published_day = (day_start, used + count)
 
-    def succeed_run(self, run: WorkflowRun, response: str | None = None) -> None:
-        """The app reported that a run's route returned (``response``: what it returned)."""
-        self.workflows.succeed(run, self.clock.now_ms, response)
-
-    def cancel_run(self, run: WorkflowRun) -> None:
-        """Cancel an active run, and its messages still owed a delivery with it."""
-        for message in self.workflows.cancel(run, self.clock.now_ms):
-            self.cancel(message)
-
-    def end_refused_runs(self, run_ids: Iterable[str], reason: str) -> None:
-        """The API refused a step publish of these runs (``reason``): the SDK takes that
-        answer for a cancel and stops, so each active one ends RUN_FAILED, the reason kept,
-        and its messages still owed a delivery are cancelled."""
-        for run_id in run_ids:
-            run = self.workflows.get(run_id)
-            if run is not None and run.active:
-                for message in self.workflows.refuse_step(run, reason, self.clock.now_ms):
-                    self.cancel(message)
-
     def redeliver(self, message: Message) -> None:
         """Deliver a DELIVERED message again, as QStash's at-least-once delivery may: same
         id, body and headers, the same ``Upstash-Retried``, a fresh signature. It is pending
@@ -652,59 +632,6 @@ class Store:
     def delete_dead_letter(self, dlq_id: str) -> bool:
         """Drop a DLQ entry; False when there is none with this id."""
         return self.dlq.delete(dlq_id)
-
-    # -- the workflow DLQ (its rules: workflow_dlq.py) ----------------------------------------
-    def resume_run(
-        self,
-        dlq_id: str,
-        overrides: MessageOptions | None = None,
-        *,
-        cause: Message | None = None,
-    ) -> WorkflowRun:
-        """A new run going on from the step that failed the run of the workflow DLQ entry
-        ``dlq_id`` (``overrides``: the run settings a request replaces; None: it named none).
-        ``NotAWorkflowEntry`` for an id no failed run has."""
-        return workflow_dlq.resume(self, dlq_id, overrides, cause=cause)
-
-    def restart_run(
-        self,
-        dlq_id: str,
-        overrides: MessageOptions | None = None,
-        *,
-        cause: Message | None = None,
-    ) -> WorkflowRun:
-        """A new run from the start of the failed run of the workflow DLQ entry ``dlq_id``."""
-        return workflow_dlq.restart(self, dlq_id, overrides, cause=cause)
-
-    def retry_failure_function(self, dlq_id: str, *, cause: Message | None = None) -> WorkflowRun:
-        """Call the failure function of the failed run of ``dlq_id`` again, once its call
-        failed (``FailureFunctionNotRetryable`` otherwise)."""
-        return workflow_dlq.retry_failure_function(self, dlq_id, cause=cause)
-
-    def cancel_failure_function(self, dlq_id: str) -> WorkflowRun:
-        """Cancel the failure function call of the failed run of ``dlq_id`` in progress
-        (``FailureFunctionNotRetryable`` when none is)."""
-        return workflow_dlq.cancel_failure_function(self, dlq_id)
-
-    # -- triggered runs (their rules: trigger.py) -------------------------------------------
-    def trigger_run(self, call: Trigger, *, cause: Message | None = None) -> str:
-        """Start a run as a workflow client does (``qstash.trigger``); returns its run id.
-        ``ValueError``/``TypeError`` for an argument that is not valid."""
-        return trigger.trigger_run(self, call, cause=cause)
-
-    def start_run(
-        self,
-        url: str,
-        content: bytes,
-        opts: MessageOptions,
-        run_id: str,
-        failure_url: str | None,
-        *,
-        cause: Message | None = None,
-    ) -> tuple[WorkflowRun, bool]:
-        """Publish the init message of run ``run_id`` as the workflow clients do
-        (``POST /v2/trigger``); returns the run and whether it existed already."""
-        return trigger.start_run(self, url, content, opts, run_id, failure_url, cause=cause)
 
     # -- provisioning -----------------------------------------------------------------------
     def carry_over_from(self, old: Store, keep: Collection[str]) -> None:
@@ -954,114 +881,6 @@ class Store:
             schedule_id=schedule.schedule_id,
         )
         return [p.message for p in published]
-
-    def _run_ended(self, run: WorkflowRun) -> None:
-        """A workflow run ended: its waits end with it, and a run another one invoked
-        reports its outcome to that run."""
-        self.waiters.forget_run(run.run_id)
-        self._report_invocation(run)
-        if self.retention is not None:
-            self.retention.run_ended(run.run_id, self.clock.now_ms)
-
-    def record_invoker(self, started: Iterable[Message], invoker: Invoker) -> None:
-        """The runs the messages ``started`` (an invoke's publish) remember ``invoker``, to
-        report their outcome to it; a run that has one already keeps it."""
-        for message in started:
-            run_id = message.workflow_run_id
-            run = self.workflows.get(run_id) if run_id else None
-            if run is not None and run.invoker is None:
-                run.invoker = invoker
-
-    def _report_invocation(self, run: WorkflowRun) -> Message | None:
-        """When another run invoked ``run``, publish the invoke step back into that run with
-        the outcome (a run that ended since takes nothing)."""
-        invoker = run.invoker
-        if invoker is None or run.state == "RUN_STARTED" or not invoker.url or not invoker.options:
-            return None
-        target = self.workflows.get(invoker.run_id)
-        if target is None or not target.active:
-            return None
-        entry = self.dlq.get(run.dlq_id) if run.dlq_id else None
-        url, content, opts = outcome_step(run, None if entry is None else entry.response_body)
-        published, _ = self.publish(url, content, opts)
-        return published[0].message
-
-    # -- workflow waits ---------------------------------------------------------------------
-    def wait(
-        self,
-        run: WorkflowRun,
-        event_id: str,
-        body: Mapping[str, Any],
-        headers: Mapping[str, str],
-        options: MessageOptions,
-        timeout_options: MessageOptions,
-        *,
-        cause: Message | None = None,
-    ) -> Waiter | Message:
-        """The run waits for ``event_id``: a ``Waiter`` until a notify or its timeout, or, when
-        a notify for the run was kept, the resumed step's message at once (``waiters.py``).
-        ``options`` publish the step when notified, ``timeout_options`` when timed out.
-        ``ValueError`` for a timeout that is not a duration."""
-        now = self.clock.now_ms
-        waiter = new_waiter(
-            run, event_id, body, headers, now, self.waiters.new_id(), options, timeout_options
-        )
-        saved = self.waiters.take_saved(run.run_id, event_id)
-        if saved is not None:
-            return self._resume(waiter, saved, cause)
-        self.waiters.add(waiter)
-        waiter.generation = 1
-        self.clock.schedule(waiter.deadline_ms, "wait", waiter.waiter_id, waiter.generation)
-        return waiter
-
-    def notify(
-        self,
-        event_id: str,
-        data: bytes,
-        run_id: str | None = None,
-        *,
-        cause: Message | None = None,
-    ) -> list[tuple[WorkflowRun, Waiter | None, Message | None]]:
-        """Notify ``event_id``: every run waiting for it (``run_id`` None; the event is lost
-        when none waits), or the run ``run_id``, whose notify is kept when it is not waiting.
-        Returns, per run reached, the waiter notified and the message resuming it (both None
-        when kept). ``KeyError`` when ``run_id`` names no active run."""
-        if run_id is not None:
-            run = self.workflows.get(run_id)
-            if run is None or not run.active:
-                raise KeyError(run_id)
-            mine = [w for w in self.waiters.of_event(event_id) if w.run_id == run_id]
-            if not mine:
-                self.waiters.save(run_id, event_id, data)
-                return [(run, None, None)]
-            targets = mine
-        else:
-            targets = self.waiters.of_event(event_id)
-        out: list[tuple[WorkflowRun, Waiter | None, Message | None]] = []
-        for waiter in targets:
-            run = self.workflows.get(waiter.run_id)
-            self.waiters.remove(waiter)
-            if run is None or not run.active:
-                continue
-            out.append((run, waiter, self._resume(waiter, data, cause)))
-        return out
-
-    def wait_timed_out(self, waiter_id: str, generation: int) -> Message | None:
-        """A wait's timeout came: its step goes back to the run timed out."""
-        waiter = self.waiters.live(waiter_id, generation)
-        if waiter is None:
-            return None
-        self.waiters.remove(waiter)
-        run = self.workflows.get(waiter.run_id)
-        if run is None or not run.active:
-            return None
-        return self._resume(waiter, None, None)
-
-    def _resume(self, waiter: Waiter, data: bytes | None, cause: Message | None) -> Message:
-        """Publish the wait step back into its run: notified with ``data``, or timed out."""
-        url, content, opts = resume_step(waiter, data)
-        published, _ = self.publish(url, content, opts, cause=cause)
-        return published[0].message
 
     # -- internals --------------------------------------------------------------------------
     def _record(self, *events: Event) -> None:
