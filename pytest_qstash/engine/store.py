@@ -9,13 +9,12 @@ store holds them and delegates. Nothing here knows HTTP.
 from __future__ import annotations
 
 import copy
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from itertools import islice
 from typing import Literal
 
 import httpx
 
-from . import plans, provisioned
 from .account import Account
 from .attempts import (
     CANCELED_IN_FLIGHT,
@@ -28,7 +27,7 @@ from .attempts import (
 from .callbacks import callback_options, callback_payload
 from .clock import VirtualClock
 from .dedup import DEFAULT_DEDUP_WINDOW_MS, Deduplication, dedup_key
-from .deliverable import checked_destination, is_url
+from .deliverable import is_url
 from .dlq import DeadLetters
 from .engine import Published
 from .flow_control import FlowKey, FlowKeys
@@ -40,9 +39,11 @@ from .queues import Queue, Queues
 from .rejections import RejectedCall, RejectedCalls
 from .retention import Retention, Trail
 from .retry import DEFAULT_RETRIES
-from .schedules import CronExpression, Schedule, Schedules
+from .schedules import Schedules
+from .store_limits import PlanChecks
+from .store_resources import ResourceVerbs
 from .store_runs import RunVerbs
-from .url_groups import Endpoint, UnknownDestination, UrlGroup
+from .url_groups import UnknownDestination, UrlGroup
 from .waiters import Waiters
 from .workflows import WorkflowRuns
 
@@ -60,7 +61,7 @@ __all__ = [
 ]
 
 
-class Store(RunVerbs):
+class Store(RunVerbs, ResourceVerbs, PlanChecks):
     def __init__(
         self,
         clock: VirtualClock,
@@ -512,62 +513,6 @@ class Store(RunVerbs):
         self._finished(message)
         return True
 
-    # -- what the plan and the destinations allow (their rules: plans.py, deliverable.py) --
-    def check_message(self, opts: MessageOptions, content: bytes) -> None:
-        """Refuse a publish (or a schedule's template) over the plan's size, delay or retries
-        (``PlanLimitExceeded``)."""
-        now = self.clock.now_ms
-        plans.check_message(self.plan, len(content), opts.due_ms(now) - now, opts.retries)
-
-    def check_new_url_group(self, name: str) -> None:
-        """Refuse a URL group the plan has no room for (one that exists creates nothing)."""
-        if name not in self.url_groups:
-            plans.check_url_groups(self.plan, len(self.url_groups))
-
-    def check_new_schedule(self, schedule_id: str | None) -> None:
-        """Refuse a schedule over the plan's active schedules (an overwrite creates none)."""
-        if schedule_id is not None and schedule_id in self.schedules:
-            return
-        plans.check_active_schedules(self.plan, self._active_schedules())
-
-    def check_resumed_schedule(self, schedule_id: str) -> None:
-        """A paused schedule that resumes becomes active again: it counts against the limit."""
-        schedule = self.schedules.get(schedule_id)
-        if schedule is not None and schedule.paused:
-            plans.check_active_schedules(self.plan, self._active_schedules())
-
-    def check_queues(self, names: Iterable[str | None], parallelism: int | None = None) -> None:
-        """Refuse an upsert or enqueue that would create more queues than the plan holds
-        (queues that exist create nothing), or give a queue more parallelism than it allows."""
-        new = {name for name in names if name is not None and name not in self.queues}
-        plans.check_queues(self.plan, len(self.queues), len(new), parallelism)
-
-    def checked_destination(self, destination: str, *, group_needs_endpoints: bool) -> str:
-        """The destination a publish or schedule names, as it is published to, or
-        ``Undeliverable`` (``deliverable.checked_destination``)."""
-        return checked_destination(
-            destination, self.url_groups, group_needs_endpoints=group_needs_endpoints
-        )
-
-    def _active_schedules(self) -> int:
-        return sum(1 for s in self.schedules.values() if not s.paused)
-
-    def count_daily(self, count: int) -> None:
-        """Count ``count`` messages the API publishes against the plan's daily quota (a UTC
-        day), or refuse them all (``DailyQuotaExceeded``) when they would exceed it. Only
-        what the API publishes counts: not retries, callbacks or schedule firings."""
-        limit = self.plan.messages_per_day
-        if limit is None:
-            return
-        now = self.clock.now_ms
-        day_start = now - now % DAY_MS
-        day, used = self._published_day
-        if day != day_start:
-            used = 0
-        if used + count > limit:
-            raise DailyQuotaExceeded(self.plan.name, limit, used, day_start + DAY_MS)
-        self._published_day = (day_start, used + count)
-
     def redeliver(self, message: Message) -> None:
         """Deliver a DELIVERED message again, as QStash's at-least-once delivery may: same
         id, body and headers, the same ``Upstash-Retried``, a fresh signature. It is pending
@@ -587,84 +532,24 @@ class Store(RunVerbs):
     def pending(self) -> Iterable[Message]:
         return (m for m in self.messages.values() if not m.done)
 
-    # -- dead letters -----------------------------------------------------------------------
-    def retry_dlq_entry(
-        self,
-        dlq_id: str,
-        overrides: MessageOptions | None = None,
-        *,
-        cause: Message | None = None,
-    ) -> Message:
-        """Publish a dead letter again and drop its entry: a new message (new id, retries
-        counted from zero) with the stored URL, body, headers and options.
-
-        ``overrides`` replace the stored options they name (``given``: ``Upstash-Retries:
-        0``, ``Upstash-Forward-X: 2`` read by the API). Raises ``KeyError`` for an unknown
-        id. Deduplication options are not carried over: the retry would otherwise be
-        deduplicated into the message that failed.
-        """
-        entry = self.dlq[dlq_id]
-        failed = entry.message
-        opts = failed.options.republished()
-        opts.retries = failed.max_retries
-        if overrides is not None:
-            opts = opts.overridden(overrides)
-            opts.deduplication_id, opts.content_based_deduplication = None, False
-        message = self.create_message(
-            failed.url,
-            failed.content,
-            opts,
-            queue=failed.queue,
-            url_group=failed.url_group,
-            endpoint_name=failed.endpoint_name,
-            schedule_id=failed.schedule_id,
-            callback_for=failed.callback_for,
-            cause=cause,
-        )
-        message.is_failure_callback = failed.is_failure_callback
-        message.retried_from = failed.message_id
-        message.from_schedule = False  # the test's own doing now, whatever started it
-        if failed.workflow_run_id is not None:
-            self.workflows.replace_dead_letter(failed, message, entry)
-        del self.dlq[dlq_id]
-        return message
-
-    def delete_dead_letter(self, dlq_id: str) -> bool:
-        """Drop a DLQ entry; False when there is none with this id."""
-        return self.dlq.delete(dlq_id)
-
-    # -- provisioning -----------------------------------------------------------------------
-    def carry_over_from(self, old: Store, keep: Collection[str]) -> None:
-        """Take the resources named in ``keep`` (URL groups, queues, schedules) from ``old``,
-        as resources, never as history (``provisioned.py``)."""
-        provisioned.carry_over(old, self, keep)
-
-    # -- URL groups -------------------------------------------------------------------------
-    def upsert_url_group(self, name: str, endpoints: Iterable[Endpoint]) -> UrlGroup:
-        """Add the endpoints to the group ``name`` (created if the plan has room for it); an
-        endpoint whose URL it has already is renamed."""
-        self.check_new_url_group(name)
+    # -- the plan's daily quota (its other limits: store_limits.py) -------------------------
+    def count_daily(self, count: int) -> None:
+        """Count ``count`` messages the API publishes against the plan's daily quota (a UTC
+        day), or refuse them all (``DailyQuotaExceeded``) when they would exceed it. Only
+        what the API publishes counts: not retries, callbacks or schedule firings."""
+        limit = self.plan.messages_per_day
+        if limit is None:
+            return
         now = self.clock.now_ms
-        group = self.url_groups.get(name)
-        if group is None:
-            group = self.url_groups[name] = UrlGroup(name, now, now)
-        for endpoint in endpoints:
-            group.upsert(endpoint, now)
-        return group
+        day_start = now - now % DAY_MS
+        day, used = self._published_day
+        if day != day_start:
+            used = 0
+        if used + count > limit:
+            raise DailyQuotaExceeded(self.plan.name, limit, used, day_start + DAY_MS)
+        self._published_day = (day_start, used + count)
 
-    def remove_url_group_endpoints(self, name: str, endpoints: Iterable[Endpoint]) -> None:
-        """Remove the endpoints (by URL, or by name) from an existing group (``KeyError`` for
-        an unknown one); QStash deletes a group once it is empty."""
-        group = self.url_groups[name]
-        for endpoint in endpoints:
-            group.remove(endpoint.url or None, endpoint.name, self.clock.now_ms)
-        if not group.endpoints:
-            del self.url_groups[name]
-
-    def delete_url_group(self, name: str) -> bool:
-        return self.url_groups.pop(name, None) is not None
-
-    # -- queues -----------------------------------------------------------------------------
+    # -- admission, queues and flow keys ----------------------------------------------------
     def queue(self, name: str) -> Queue:
         """The queue called ``name``, created (parallelism 1) if it does not exist."""
         return self.queues.queue(name, self.clock.now_ms)
@@ -731,47 +616,6 @@ class Store(RunVerbs):
             return
         flow.wake_ms = None
         self._release(flow)
-
-    def pause_flow_key(self, key: str) -> FlowKey:
-        """Hold every message of the key (created if it does not exist) until resumed."""
-        flow = self.flow_key(key)
-        flow.paused = True
-        return flow
-
-    def resume_flow_key(self, key: str) -> FlowKey:
-        flow = self.flow_key(key)
-        flow.paused = False
-        self.wake_flow(key)
-        return flow
-
-    def pin_flow_key(
-        self,
-        key: str,
-        *,
-        parallelism: int | None = None,
-        rate: int | None = None,
-        period_s: int | None = None,
-    ) -> FlowKey:
-        """Pin the limits given on the key (created if it does not exist); a new rate period
-        starts now."""
-        flow = self.flow_key(key)
-        flow.pin(self.clock.now_ms, parallelism=parallelism, rate=rate, period_s=period_s)
-        self.wake_flow(key)
-        return flow
-
-    def unpin_flow_key(self, key: str, *, parallelism: bool, rate: bool) -> FlowKey:
-        """Unpin the limits named on an existing key (``KeyError`` for an unknown one)."""
-        flow = self.flow_keys[key]
-        flow.unpin(parallelism=parallelism, rate=rate)
-        self.wake_flow(key)
-        return flow
-
-    def reset_flow_rate(self, key: str) -> FlowKey:
-        """Start a new rate period now on an existing key (``KeyError`` for an unknown one)."""
-        flow = self.flow_keys[key]
-        flow.reset_rate(self.clock.now_ms)
-        self.wake_flow(key)
-        return flow
 
     def _release(self, flow: FlowKey) -> None:
         now = self.clock.now_ms
@@ -843,44 +687,6 @@ class Store(RunVerbs):
         for message_id in message_ids:
             message = self.messages[message_id]
             self._plan_delivery(message, max(message.not_before_ms, self.clock.now_ms))
-
-    # -- schedules --------------------------------------------------------------------------
-    def put_schedule(
-        self,
-        destination: str,
-        cron: CronExpression,
-        content: bytes,
-        opts: MessageOptions,
-    ) -> tuple[Schedule, bool]:
-        """Create a schedule (or overwrite the one ``opts.schedule_id`` names); returns it and
-        whether the creation was deduplicated into an existing one."""
-        return self.schedules.put(destination, cron, content, opts, opts.schedule_id)
-
-    def delete_schedule(self, schedule_id: str) -> bool:
-        return self.schedules.delete(schedule_id)
-
-    def pause_schedule(self, schedule: Schedule) -> None:
-        self.schedules.pause(schedule)
-
-    def resume_schedule(self, schedule: Schedule) -> None:
-        self.schedules.resume(schedule)
-
-    def fire_schedule(self, schedule_id: str, generation: int) -> list[Message]:
-        """A cron firing: its schedule publishes from the template and plans the next one."""
-        return self.schedules.fire(schedule_id, generation, self._publish_firing)
-
-    def _publish_firing(self, schedule: Schedule) -> list[Message]:
-        opts = schedule.options
-        if opts.workflow_headers:
-            opts = opts.copy()  # a run's step takes its settings in place: not the template's
-        published, _ = self.publish(
-            schedule.destination,
-            schedule.content,
-            opts,
-            queue=schedule.queue,
-            schedule_id=schedule.schedule_id,
-        )
-        return [p.message for p in published]
 
     # -- internals --------------------------------------------------------------------------
     def _record(self, *events: Event) -> None:
