@@ -4,18 +4,22 @@ Every transition a message goes through happens here, is logged as QStash logs i
 what comes next on the virtual clock. The resources beside messages are collections that own
 their rules (the DLQ, deduplication, queues, flow-control keys, schedules, workflow runs); the
 store holds them and delegates. Nothing here knows HTTP.
+
+The Store is composed of its verbs, grouped by what they act on: ``admission.py`` (when a
+due message may start), ``store_runs.py`` (workflow runs), ``store_resources.py`` (URL
+groups, schedules, flow keys, dead letters), ``store_limits.py`` (the plan's checks). This
+module keeps the state, a message's creation and its attempts.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable
 from itertools import islice
-from typing import Literal
 
 import httpx
 
 from .account import Account
+from .admission import Admission
 from .attempts import (
     CANCELED_IN_FLIGHT,
     NON_RETRYABLE_STATUS,
@@ -30,12 +34,12 @@ from .dedup import DEFAULT_DEDUP_WINDOW_MS, Deduplication, dedup_key
 from .deliverable import is_url
 from .dlq import DeadLetters
 from .engine import Published
-from .flow_control import FlowKey, FlowKeys
+from .flow_control import FlowKeys
 from .ids import IdGenerator
 from .models import KEPT_RESPONSE_BYTES, Delivery, DlqEntry, Event, Message
 from .options import MessageOptions
 from .plans import DAY_MS, DEFAULT_PLAN, PLANS, DailyQuotaExceeded, Plan
-from .queues import Queue, Queues
+from .queues import Queues
 from .rejections import RejectedCall, RejectedCalls
 from .retention import Retention, Trail
 from .retry import DEFAULT_RETRIES
@@ -46,9 +50,6 @@ from .store_runs import RunVerbs
 from .url_groups import UnknownDestination, UrlGroup
 from .waiters import Waiters
 from .workflows import WorkflowRuns
-
-#: What holds a due message back (``Store.admission``).
-Hold = Literal["queue", "parallelism", "flow"]
 
 __all__ = [
     "DEFAULT_DEDUP_WINDOW_MS",
@@ -61,7 +62,7 @@ __all__ = [
 ]
 
 
-class Store(RunVerbs, ResourceVerbs, PlanChecks):
+class Store(RunVerbs, ResourceVerbs, PlanChecks, Admission):
     def __init__(
         self,
         clock: VirtualClock,
@@ -143,38 +144,6 @@ class Store(RunVerbs, ResourceVerbs, PlanChecks):
         if self.retention is None:
             return {"messages": 0, "runs": 0, "dlq": 0}
         return dict(self.retention.forgotten)
-
-    def view_since(self, *, messages: int, deliveries: int, runs: int, api_errors: int) -> Store:
-        """A shallow copy whose histories start at these positions (each counted over all
-        there ever was, what retention forgot included): the messages created or attempted
-        since, their DLQ entries, the runs started since, the API calls rejected since. For
-        reading (a report), never changed."""
-        view = copy.copy(self)
-        since = max(0, deliveries - self.deliveries.dropped)
-        touched = {d.message_id for d in self.deliveries[since:]}
-        touched.update(self.in_flight)
-        # Retention forgets the oldest first (mostly): what it forgot shifts the positions.
-        forgotten = self.forgotten()
-        view.messages = {
-            message_id: message
-            for index, (message_id, message) in enumerate(self.messages.items())
-            if index + forgotten["messages"] >= messages or message_id in touched
-        }
-        view.dlq = DeadLetters()
-        view.dlq.update(
-            (dlq_id, entry)
-            for dlq_id, entry in self.dlq.items()
-            if entry.message.message_id in view.messages
-        )
-        view.workflows = copy.copy(self.workflows)
-        first_run = max(0, runs - forgotten["runs"])
-        view.workflows.runs = dict(list(self.workflows.runs.items())[first_run:])
-        view.api_errors = RejectedCalls()
-        new_errors = self.api_errors.total - api_errors
-        for call in list(self.api_errors)[max(0, len(self.api_errors) - new_errors) :]:
-            view.api_errors.record(call)
-        view.api_errors.total = new_errors
-        return view
 
     def awaits_callbacks(self, message_id: str) -> bool:
         """Whether callbacks about the message are still to finish."""
@@ -549,97 +518,6 @@ class Store(RunVerbs, ResourceVerbs, PlanChecks):
             raise DailyQuotaExceeded(self.plan.name, limit, used, day_start + DAY_MS)
         self._published_day = (day_start, used + count)
 
-    # -- admission, queues and flow keys ----------------------------------------------------
-    def queue(self, name: str) -> Queue:
-        """The queue called ``name``, created (parallelism 1) if it does not exist."""
-        return self.queues.queue(name, self.clock.now_ms)
-
-    def admission(self, message: Message, at_ms: int) -> tuple[Hold | None, int | None]:
-        """The admission rule, read without changing anything: what holds a message due at
-        ``at_ms`` back, if anything, and when it may start. In order: its queue (it is not
-        among the first ``parallelism`` of the queue's unfinished messages, or the queue is
-        paused), the account's global parallelism (used up), its flow-control key (paused or
-        its parallelism used up: no time, an attempt's end or a resume releases it; over its
-        rate: when the key's period ends). ``may_start`` applies it; the scheduler reads it
-        (``start_ms``)."""
-        if self.queues.holds(message.queue, message.message_id):
-            return "queue", None
-        if len(self.in_flight) >= self.global_parallelism:
-            return "parallelism", None
-        flow = self._flow_of(message)
-        if flow is None:
-            return None, at_ms
-        start = flow.next_start_ms(at_ms)
-        return (None if start == at_ms else "flow"), start
-
-    def start_ms(self, message: Message, due_ms: int) -> int | None:
-        """When a message due at ``due_ms`` may start as the admission rule stands now; None
-        while something holds it until released (``admission``)."""
-        return self.admission(message, due_ms)[1]
-
-    def may_start(self, message: Message) -> bool:
-        """Whether a due message may be attempted now (``admission``); if so its attempt is
-        counted against its flow-control key. If not, it waits where it is held and is
-        released when that allows it."""
-        now = self.clock.now_ms
-        fc = message.flow_control
-        if fc is not None and fc.key:
-            self.flow_keys.key(fc.key, now)  # a key exists from the first message naming it
-        held_by, _ = self.admission(message, now)
-        flow = self._flow_of(message)
-        if held_by is None:
-            if flow is not None:
-                flow.count_start(now)
-            return True
-        if held_by == "queue":
-            self.queues.park(message.queue, message.message_id)
-        elif held_by == "parallelism":
-            self._global_waiting[message.message_id] = None
-        else:
-            assert flow is not None
-            flow.waiting[message.message_id] = None
-            self._plan_wake(flow)
-        return False
-
-    def _flow_of(self, message: Message) -> FlowKey | None:
-        fc = message.flow_control
-        return self.flow_keys.get(fc.key) if fc is not None and fc.key else None
-
-    def flow_key(self, key: str) -> FlowKey:
-        return self.flow_keys.key(key, self.clock.now_ms)
-
-    def wake_flow(self, key: str) -> None:
-        """A flow-control key's period ended (or it was resumed, pinned, reset): release what
-        now fits."""
-        flow = self.flow_keys.get(key)
-        if flow is None:
-            return
-        flow.wake_ms = None
-        self._release(flow)
-
-    def _release(self, flow: FlowKey) -> None:
-        now = self.clock.now_ms
-        for message_id in self.flow_keys.release(flow, now):
-            self._plan_delivery(self.messages[message_id], now)
-        self._plan_wake(flow)
-
-    def _plan_wake(self, flow: FlowKey) -> None:
-        wake_ms = self.flow_keys.plan_wake(flow, self.clock.now_ms)
-        if wake_ms is not None:
-            self.clock.schedule(wake_ms, "flow", flow.key)
-
-    def update_queue(
-        self, name: str, *, parallelism: int | None = None, paused: bool | None = None
-    ) -> Queue:
-        queue = self.queue(name)
-        if parallelism is not None:
-            queue.parallelism = parallelism
-        if paused is not None:
-            queue.paused = paused
-        queue.updated_ms = self.clock.now_ms
-        self._start_released(self.queues.release(queue))
-        return queue
-
     def delete_queue(self, name: str) -> bool:
         queue = self.queues.pop(name, None)
         if queue is None:
@@ -682,22 +560,11 @@ class Store(RunVerbs, ResourceVerbs, PlanChecks):
     def _leave_queue(self, message: Message) -> None:
         self._start_released(self.queues.leave(message.queue, message.message_id))
 
-    def _start_released(self, message_ids: list[str]) -> None:
-        """Plan the messages their queue let go, each when it is due."""
-        for message_id in message_ids:
-            message = self.messages[message_id]
-            self._plan_delivery(message, max(message.not_before_ms, self.clock.now_ms))
-
     # -- internals --------------------------------------------------------------------------
     def _record(self, *events: Event) -> None:
         """Log what a message's transition returned (``Message.start``, ``fail``, ...)."""
         for event in events:
             self.events.append(event)
-
-    def _plan_delivery(self, message: Message, due_ms: int) -> None:
-        generation = self._generation.get(message.message_id, 0) + 1
-        self._generation[message.message_id] = generation
-        self.clock.schedule(due_ms, "deliver", message.message_id, generation)
 
     def _fail(self, message: Message, result: AttemptResult) -> DlqEntry | None:
         self._record(message.fail(result, self.clock.now_ms))
