@@ -1,16 +1,15 @@
 """The Store's verbs on the resources the API manages beside messages: URL groups, schedules,
-flow-control keys, dead letters, and what a reset carries over to a fresh store.
+flow-control keys and dead letters.
 
 ``ResourceVerbs`` is part of the ``Store`` (its base): each verb takes the store as ``self``,
 seen through ``Engine``, the seam the rules modules use; the rules are the resources' own
-(``url_groups.py``, ``schedules.py``, ``flow_control.py``, ``dlq.py``, ``provisioned.py``).
+(``url_groups.py``, ``schedules.py``, ``flow_control.py``, ``dlq.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 
-from . import provisioned
 from .engine import Engine
 from .flow_control import FlowKey
 from .models import Message
@@ -157,11 +156,6 @@ class ResourceVerbs:
     def delete_dead_letter(self: Engine, dlq_id: str) -> bool:
         """Drop a DLQ entry; False when there is none with this id."""
         return self.dlq.delete(dlq_id)
-
-    def carry_over_from(self: Engine, old: Engine, keep: Collection[str]) -> None:
-        """Take the resources named in ``keep`` (URL groups, queues, schedules) from ``old``,
-        as resources, never as history (``provisioned.py``)."""
-        provisioned.carry_over(old, self, keep)
 
 
 def _publish_firing(store: Engine, schedule: Schedule) -> list[Message]:

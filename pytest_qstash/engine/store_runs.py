@@ -161,29 +161,10 @@ class RunVerbs:
         failed (``FailureFunctionNotRetryable`` otherwise)."""
         return workflow_dlq.retry_failure_function(self, dlq_id, cause=cause)
 
-    def cancel_failure_function(self: Engine, dlq_id: str) -> WorkflowRun:
-        """Cancel the failure function call of the failed run of ``dlq_id`` in progress
-        (``FailureFunctionNotRetryable`` when none is)."""
-        return workflow_dlq.cancel_failure_function(self, dlq_id)
-
     def trigger_run(self: Engine, call: Trigger, *, cause: Message | None = None) -> str:
         """Start a run as a workflow client does (``qstash.trigger``); returns its run id.
         ``ValueError``/``TypeError`` for an argument that is not valid."""
         return trigger.trigger_run(self, call, cause=cause)
-
-    def start_run(
-        self: Engine,
-        url: str,
-        content: bytes,
-        opts: MessageOptions,
-        run_id: str,
-        failure_url: str | None,
-        *,
-        cause: Message | None = None,
-    ) -> tuple[WorkflowRun, bool]:
-        """Publish the init message of run ``run_id`` as the workflow clients do
-        (``POST /v2/trigger``); returns the run and whether it existed already."""
-        return trigger.start_run(self, url, content, opts, run_id, failure_url, cause=cause)
 
 
 def _resume(store: Engine, waiter: Waiter, data: bytes | None, cause: Message | None) -> Message:
