@@ -31,10 +31,10 @@ _WHERE = {
     "DeliveryKind": ".engine.models",
     "DlqEntry": ".engine.models",
     "Event": ".engine.models",
-    "FlowControl": ".engine.models",
+    "FlowControl": ".engine.options",
     "Message": ".engine.models",
     "MessageState": ".engine.models",
-    "Waiter": ".engine.models",
+    "Waiter": ".engine.waiters",
     "Queue": ".engine.queues",
     "Schedule": ".engine.schedules",
     "Endpoint": ".engine.url_groups",
@@ -53,15 +53,15 @@ if TYPE_CHECKING:
         DeliveryKind,
         DlqEntry,
         Event,
-        FlowControl,
         Invoker,
         Message,
         MessageState,
-        Waiter,
     )
+    from .engine.options import FlowControl
     from .engine.queues import Queue
     from .engine.schedules import Schedule
     from .engine.url_groups import Endpoint, UrlGroup
+    from .engine.waiters import Waiter
     from .engine.workflow_dlq import WorkflowDlqEntry
     from .engine.workflows import StepGroup, WorkflowRun, WorkflowStep
     from .errors import (

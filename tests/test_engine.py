@@ -17,13 +17,8 @@ from pytest_qstash.engine.attempts import Attempt, AttemptResult
 from pytest_qstash.engine.clock import VirtualClock
 from pytest_qstash.engine.deliverable import INVALID_DESTINATION, Undeliverable
 from pytest_qstash.engine.ids import IdGenerator
-from pytest_qstash.engine.models import (
-    DlqEntry,
-    InvalidTransition,
-    Message,
-    MessageOptions,
-    Waiter,
-)
+from pytest_qstash.engine.models import DlqEntry, InvalidTransition, Message
+from pytest_qstash.engine.options import MessageOptions
 from pytest_qstash.engine.plans import PLANS, DailyQuotaExceeded, Plan, PlanLimitExceeded
 from pytest_qstash.engine.provisioned import carry_over
 from pytest_qstash.engine.scheduler import Scheduler
@@ -31,6 +26,7 @@ from pytest_qstash.engine.schedules import CronExpression
 from pytest_qstash.engine.store import Store
 from pytest_qstash.engine.url_groups import UrlGroup
 from pytest_qstash.engine.verb_specs import Trigger
+from pytest_qstash.engine.waiters import Waiter
 from pytest_qstash.engine.workflow_dlq import FailureFunctionNotRetryable, NotAWorkflowEntry
 from pytest_qstash.engine.workflows import WorkflowRun
 

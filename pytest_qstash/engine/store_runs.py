@@ -16,10 +16,10 @@ from typing import Any
 from . import trigger, workflow_dlq
 from .engine import Engine
 from .invocations import outcome_step
-from .models import Invoker, Message, Waiter
+from .models import Invoker, Message
 from .options import MessageOptions
 from .verb_specs import Trigger
-from .waiters import new_waiter, resume_step
+from .waiters import Waiter, new_waiter, resume_step
 from .workflows import WorkflowRun
 
 
