@@ -40,9 +40,9 @@ _WHERE = {
     "Endpoint": ".engine.url_groups",
     "UrlGroup": ".engine.url_groups",
     "WorkflowDlqEntry": ".engine.workflow_dlq",
-    "StepGroup": ".engine.workflows",
+    "StepGroup": ".engine.workflow_steps",
     "WorkflowRun": ".engine.workflows",
-    "WorkflowStep": ".engine.workflows",
+    "WorkflowStep": ".engine.workflow_steps",
 }
 
 if TYPE_CHECKING:
@@ -63,7 +63,8 @@ if TYPE_CHECKING:
     from .engine.url_groups import Endpoint, UrlGroup
     from .engine.waiters import Waiter
     from .engine.workflow_dlq import WorkflowDlqEntry
-    from .engine.workflows import StepGroup, WorkflowRun, WorkflowStep
+    from .engine.workflow_steps import StepGroup, WorkflowStep
+    from .engine.workflows import WorkflowRun
     from .errors import (
         AsyncContextError,
         DeliveryLoopError,

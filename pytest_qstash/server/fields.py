@@ -42,14 +42,8 @@ from ..engine.store import Store
 from ..engine.url_groups import Endpoint, UrlGroup
 from ..engine.waiters import Waiter, Waiters
 from ..engine.workflow_dlq import WorkflowDlqEntry
-from ..engine.workflows import (
-    RunHeaders,
-    RunMember,
-    StepGroup,
-    WorkflowRun,
-    WorkflowRuns,
-    WorkflowStep,
-)
+from ..engine.workflow_steps import StepGroup, WorkflowStep
+from ..engine.workflows import RunHeaders, RunMember, WorkflowRun, WorkflowRuns
 from ..wire.faults import Fault
 from .forms import (
     KEYS,
