@@ -518,6 +518,7 @@ class Store(RunVerbs, ResourceVerbs, PlanChecks, Admission):
             raise DailyQuotaExceeded(self.plan.name, limit, used, day_start + DAY_MS)
         self._published_day = (day_start, used + count)
 
+    # -- queues (a queue's other verbs: admission.py) -----------------------------------------
     def delete_queue(self, name: str) -> bool:
         queue = self.queues.pop(name, None)
         if queue is None:
@@ -527,6 +528,7 @@ class Store(RunVerbs, ResourceVerbs, PlanChecks, Admission):
             self.cancel(self.messages[message_id])
         return True
 
+    # -- a message's end: its queue slot, once its callbacks are done ------------------------
     def _finished(self, message: Message) -> None:
         """A message reached its final state: free its queue slot, unless callbacks about it
         are still to come (they are published right after this attempt) or to finish."""
