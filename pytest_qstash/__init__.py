@@ -31,18 +31,18 @@ _WHERE = {
     "DeliveryKind": ".engine.models",
     "DlqEntry": ".engine.models",
     "Event": ".engine.models",
-    "FlowControl": ".engine.models",
+    "FlowControl": ".engine.options",
     "Message": ".engine.models",
     "MessageState": ".engine.models",
-    "Waiter": ".engine.models",
+    "Waiter": ".engine.waiters",
     "Queue": ".engine.queues",
     "Schedule": ".engine.schedules",
     "Endpoint": ".engine.url_groups",
     "UrlGroup": ".engine.url_groups",
     "WorkflowDlqEntry": ".engine.workflow_dlq",
-    "StepGroup": ".engine.workflows",
+    "StepGroup": ".engine.workflow_steps",
     "WorkflowRun": ".engine.workflows",
-    "WorkflowStep": ".engine.workflows",
+    "WorkflowStep": ".engine.workflow_steps",
 }
 
 if TYPE_CHECKING:
@@ -53,17 +53,18 @@ if TYPE_CHECKING:
         DeliveryKind,
         DlqEntry,
         Event,
-        FlowControl,
         Invoker,
         Message,
         MessageState,
-        Waiter,
     )
+    from .engine.options import FlowControl
     from .engine.queues import Queue
     from .engine.schedules import Schedule
     from .engine.url_groups import Endpoint, UrlGroup
+    from .engine.waiters import Waiter
     from .engine.workflow_dlq import WorkflowDlqEntry
-    from .engine.workflows import StepGroup, WorkflowRun, WorkflowStep
+    from .engine.workflow_steps import StepGroup, WorkflowStep
+    from .engine.workflows import WorkflowRun
     from .errors import (
         AsyncContextError,
         DeliveryLoopError,

@@ -191,8 +191,9 @@ def test_a_requests_options_are_read_and_checked_at_one_edge() -> None:
 
 
 def test_one_admission_rule() -> None:
-    # "May this message start now?" is Store.admission: may_start applies it, the scheduler
-    # reads it; neither restates a queue, the global parallelism or a flow key's limits.
+    # "May this message start now?" is Store.admission (admission.py, a base of the Store):
+    # may_start applies it, the scheduler reads it; neither restates a queue, the global
+    # parallelism or a flow key's limits.
     def names(path: Path, function: str) -> set[str]:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         found = next(
@@ -205,8 +206,8 @@ def test_one_admission_rule() -> None:
     rule_parts = {"holds", "global_parallelism", "in_flight", "next_start_ms", "may_start"}
     assert "start_ms" in names(ENGINE / "scheduler.py", "due_ms")
     assert not names(ENGINE / "scheduler.py", "due_ms") & rule_parts
-    assert "admission" in names(ENGINE / "store.py", "may_start")
-    assert not names(ENGINE / "store.py", "may_start") & rule_parts
+    assert "admission" in names(ENGINE / "admission.py", "may_start")
+    assert not names(ENGINE / "admission.py", "may_start") & rule_parts
 
 
 #: Another object's private attributes the package does touch: internals of the standard

@@ -11,24 +11,22 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from pytest_qstash.engine import trigger, workflow_dlq
 from pytest_qstash.engine.account import Account
 from pytest_qstash.engine.attempts import Attempt, AttemptResult
 from pytest_qstash.engine.clock import VirtualClock
 from pytest_qstash.engine.deliverable import INVALID_DESTINATION, Undeliverable
 from pytest_qstash.engine.ids import IdGenerator
-from pytest_qstash.engine.models import (
-    DlqEntry,
-    InvalidTransition,
-    Message,
-    MessageOptions,
-    Waiter,
-)
+from pytest_qstash.engine.models import DlqEntry, InvalidTransition, Message
+from pytest_qstash.engine.options import MessageOptions
 from pytest_qstash.engine.plans import PLANS, DailyQuotaExceeded, Plan, PlanLimitExceeded
+from pytest_qstash.engine.provisioned import carry_over
 from pytest_qstash.engine.scheduler import Scheduler
 from pytest_qstash.engine.schedules import CronExpression
 from pytest_qstash.engine.store import Store
 from pytest_qstash.engine.url_groups import UrlGroup
 from pytest_qstash.engine.verb_specs import Trigger
+from pytest_qstash.engine.waiters import Waiter
 from pytest_qstash.engine.workflow_dlq import FailureFunctionNotRetryable, NotAWorkflowEntry
 from pytest_qstash.engine.workflows import WorkflowRun
 
@@ -425,8 +423,8 @@ def test_a_run_is_triggered_through_the_store() -> None:
     assert (run_id, run.state) == ("wfr_mine", "RUN_STARTED")
     assert scheduler.due_now() == run.messages
     # As POST /v2/trigger starts one: the init publish, and the run it started.
-    other, existed = store.start_run(
-        "https://app.test/other", b"{}", MessageOptions(), "wfr_other", None
+    other, existed = trigger.start_run(
+        store, "https://app.test/other", b"{}", MessageOptions(), "wfr_other", None
     )
     assert (other.run_id, other.url, existed) == ("wfr_other", "https://app.test/other", False)
     assert other.messages[0].workflow_run_id == "wfr_other"
@@ -453,7 +451,7 @@ def test_a_failure_function_not_failed_is_neither_retried_nor_cancelled() -> Non
     with pytest.raises(FailureFunctionNotRetryable, match="only once its call has failed"):
         store.retry_failure_function(entry.dlq_id)
     with pytest.raises(FailureFunctionNotRetryable, match="only while it is in progress"):
-        store.cancel_failure_function(entry.dlq_id)
+        workflow_dlq.cancel_failure_function(store, entry.dlq_id)
 
 
 def test_a_fresh_store_carries_over_what_was_provisioned_and_no_history() -> None:
@@ -461,7 +459,7 @@ def test_a_fresh_store_carries_over_what_was_provisioned_and_no_history() -> Non
     old.queue("orders").parallelism = 2
     publish(old, MessageOptions())
     new, _ = engine()
-    new.carry_over_from(old, {"queues"})
+    carry_over(old, new, {"queues"})
     assert [(q.name, q.parallelism) for q in new.queues.values()] == [("orders", 2)]
     assert (list(new.messages), list(new.url_groups)) == ([], [])
 

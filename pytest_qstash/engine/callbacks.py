@@ -8,8 +8,8 @@ import base64
 import json
 from typing import Any
 
-from .models import Delivery, DlqEntry, Message, MessageOptions
-from .options import header_lists
+from .models import Delivery, DlqEntry, Message
+from .options import MessageOptions, header_lists
 from .workflows import WorkflowRuns
 
 

@@ -1,9 +1,10 @@
 """What the rules modules may use of the store: the seam between the mutator (``store.py``,
 the one entry point the API, the facade and the server call) and the modules holding the
-rules it delegates to (``workflow_dlq.py``, ``trigger.py``, ``provisioned.py``).
+rules it delegates to (``workflow_dlq.py``, ``trigger.py``, ``provisioned.py``) or the verbs
+it is composed of (``store_runs.py``, ``store_resources.py``).
 
-Those modules are handed the store as an ``Engine`` and never import ``store.py``: the store
-imports them, so the import runs one way.
+Those modules are handed the store as an ``Engine`` (the verbs take it as ``self``) and never
+import ``store.py``: the store imports them, so the import runs one way.
 """
 
 from __future__ import annotations
@@ -13,12 +14,16 @@ from typing import Protocol
 
 from .clock import VirtualClock
 from .dlq import DeadLetters
+from .flow_control import FlowKey, FlowKeys
 from .ids import IdGenerator
 from .models import Message
 from .options import MessageOptions
+from .plans import Plan
 from .queues import Queues
+from .retention import Retention
 from .schedules import Schedules
 from .url_groups import UrlGroup
+from .waiters import Waiters
 from .workflows import WorkflowRuns
 
 
@@ -54,8 +59,31 @@ class Engine(Protocol):
     @property
     def schedules(self) -> Schedules: ...
 
+    @property
+    def flow_keys(self) -> FlowKeys: ...
+
+    @property
+    def waiters(self) -> Waiters: ...
+
+    @property
+    def plan(self) -> Plan: ...
+
+    @property
+    def retention(self) -> Retention | None: ...
+
     def create_message(
-        self, url: str, content: bytes, opts: MessageOptions, *, cause: Message | None = None
+        self,
+        url: str,
+        content: bytes,
+        opts: MessageOptions,
+        *,
+        queue: str | None = None,
+        url_group: str | None = None,
+        endpoint_name: str | None = None,
+        schedule_id: str | None = None,
+        callback_for: str | None = None,
+        max_retries: int | None = None,
+        cause: Message | None = None,
     ) -> Message: ...
 
     def publish(
@@ -64,7 +92,15 @@ class Engine(Protocol):
         content: bytes,
         opts: MessageOptions,
         *,
+        queue: str | None = None,
+        schedule_id: str | None = None,
         cause: Message | None = None,
     ) -> tuple[list[Published], bool]: ...
 
     def cancel(self, message: Message) -> bool: ...
+
+    def flow_key(self, key: str) -> FlowKey: ...
+
+    def wake_flow(self, key: str) -> None: ...
+
+    def check_new_url_group(self, name: str) -> None: ...

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import islice
 
-from .models import FlowControl
+from .options import FlowControl
 
 #: The longest rate period QStash takes: one week, in seconds.
 MAX_PERIOD_S = 7 * 24 * 60 * 60

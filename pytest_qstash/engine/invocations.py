@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .deliverable import Undeliverable, checked_url
-from .models import Invoker, MessageOptions
-from .options import InvalidOption
+from .models import Invoker
+from .options import InvalidOption, MessageOptions
 from .workflows import WorkflowRun
 
 _INVOKE = "upstash-workflow-invoke"

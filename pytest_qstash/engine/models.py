@@ -7,16 +7,16 @@ Times are stored as integer milliseconds since the epoch (exact, cheap to compar
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, Protocol
 
 import httpx
 
+from .options import FlowControl, MessageOptions
 from .retry import (
     InvalidRetryDelay,
-    RetryDelayExpression,
     default_backoff_ms,
     delay_before_retry_ms,
 )
@@ -55,10 +55,6 @@ class Answer(Protocol):
     def non_retryable(self) -> bool: ...
 
 
-#: The last moment a ``datetime`` can hold (9999-12-31T23:59:59.999Z): nothing is due later.
-LATEST_MS = 253_402_300_799_999
-
-
 def ms_to_datetime(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
 
@@ -74,120 +70,10 @@ def split_labels(label: str | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(part.strip() for part in label.split(",") if part.strip()))
 
 
-@dataclass(eq=False, slots=True)
-class FlowControl:
-    key: str
-    parallelism: int | None = None
-    rate: int | None = None
-    period: int = 1  # seconds, QStash's default when only a key and limits are given
-
-
 #: How much of an endpoint's answer an attempt's record keeps (and its log entries and DLQ
 #: entry): its first MiB. QStash documents no bound for what its logs keep; its callbacks carry
 #: the answer cut to the plan's largest message, the smallest of which is 1 MiB.
 KEPT_RESPONSE_BYTES = 1024 * 1024
-
-
-@dataclass(slots=True)
-class MessageOptions:
-    """What a publish asks for: the one description of a message to create. The API reads it
-    from a request's ``Upstash-*`` headers (``options.parse_options``); everything the engine
-    publishes itself (callbacks, a wait's or an invoke's step, a retried dead letter, a
-    trigger) builds one directly."""
-
-    method: str = "POST"
-    headers: httpx.Headers = field(default_factory=httpx.Headers)
-    delay_ms: int | None = None
-    not_before_ms: int | None = None
-    retries: int | None = None
-    retry_delay: RetryDelayExpression | None = None
-    timeout_ms: int | None = None
-    callback: str | None = None
-    failure_callback: str | None = None
-    callback_headers: httpx.Headers | None = None
-    failure_callback_headers: httpx.Headers | None = None
-    #: What the callback messages are published with (``Upstash-Callback-Retries`` is the
-    #: callback's ``retries``, ...): read from the prefixed headers with the rest.
-    callback_options: MessageOptions | None = None
-    failure_callback_options: MessageOptions | None = None
-    deduplication_id: str | None = None
-    content_based_deduplication: bool = False
-    label: str | None = None
-    redact: tuple[str, ...] = ()
-    flow_control: FlowControl | None = None
-    #: Options only schedules read.
-    cron: str | None = None
-    schedule_id: str | None = None
-    queue: str | None = None
-    #: The Upstash Workflow protocol headers (``Upstash-Workflow-*``, lower-cased names),
-    #: which tie a message to a run (see ``engine/workflows.py``).
-    workflow_headers: dict[str, str] = field(default_factory=dict)
-    #: The fields the publish named (a DLQ retry's overrides replace only those).
-    given: set[str] = field(default_factory=set, repr=False)
-
-    def copy(self) -> MessageOptions:
-        """An independent copy: publishing it twice creates two messages with their own
-        headers."""
-        return replace(
-            self,
-            headers=httpx.Headers(self.headers),
-            workflow_headers=dict(self.workflow_headers),
-            given=set(self.given),
-        )
-
-    def due_ms(self, now_ms: int) -> int:
-        """When a message published at ``now_ms`` with these options is first due: its
-        ``Upstash-Not-Before``, else ``now_ms`` plus its delay."""
-        if self.not_before_ms is not None:
-            return self.not_before_ms
-        return now_ms + (self.delay_ms or 0)
-
-    def republished(self) -> MessageOptions:
-        """A copy for publishing the same message again (a dead letter retried, a workflow
-        step resumed): what it was sent with, less when it was due, its deduplication and
-        what tied it to a schedule, a queue or a workflow run (the caller says those)."""
-        out = self.copy()
-        out.delay_ms = out.not_before_ms = None
-        out.deduplication_id, out.content_based_deduplication = None, False
-        out.cron = out.schedule_id = out.queue = None
-        out.workflow_headers = {}
-        out.given = set()
-        return out
-
-    def overridden(
-        self, given: MessageOptions, only: Collection[str] | None = None
-    ) -> MessageOptions:
-        """A copy with what ``given`` names (its ``given`` fields: what the request's
-        ``Upstash-*`` headers set) in place of its own: a forwarded header replaces the one of
-        that name, a flow-control key alone keeps the limits, callback options are overridden
-        the same way. ``only``: the fields a request may override there (None: every one).
-        The one override merge: DLQ retries, workflow DLQ resumes and restarts (their run's
-        settings and the message they publish again) all read it."""
-        out = self.copy()
-        for name in given.given:
-            if only is not None and name not in only:
-                continue
-            if name == "headers":
-                for key in given.headers:
-                    out.headers[key] = given.headers[key]
-            elif name == "flow_control_key":
-                fc, limits = given.flow_control, out.flow_control
-                assert fc is not None
-                if "flow_control_value" not in given.given and limits is not None:
-                    fc = FlowControl(fc.key, limits.parallelism, limits.rate, limits.period)
-                out.flow_control = fc
-            elif name in ("callback_options", "failure_callback_options"):
-                mine, theirs = getattr(out, name), getattr(given, name)
-                setattr(out, name, theirs if mine is None else mine.overridden(theirs))
-            elif name in ("callback_headers", "failure_callback_headers"):
-                mine, theirs = getattr(out, name), getattr(given, name)
-                merged = httpx.Headers(mine)
-                for key in theirs:
-                    merged[key] = theirs[key]
-                setattr(out, name, merged)
-            elif name != "flow_control_value":
-                setattr(out, name, getattr(given, name))
-        return out
 
 
 @dataclass(eq=False, slots=True)
@@ -667,58 +553,6 @@ class ApiCall:
     def __repr__(self) -> str:
         outcome = f"status={self.status}" if self.status is not None else f"error={self.error!r}"
         return f"<ApiCall {self.method} {self.path} {outcome} at={self.at.isoformat()}>"
-
-
-@dataclass(eq=False, slots=True)
-class Waiter:
-    """A workflow run waiting for an event (``context.waitForEvent``, or a webhook's request
-    for ``context.waitForWebhook``), from its wait until a notify or its timeout."""
-
-    event_id: str
-    run_id: str
-    #: Where the notified step goes (the workflow URL) and the publish headers it goes with.
-    url: str
-    headers: dict[str, str] = field(repr=False)
-    created_ms: int
-    deadline_ms: int
-    #: Where the timed-out step goes, with these headers (``{name: [values]}``) and body.
-    timeout_url: str
-    timeout_headers: dict[str, list[str]] = field(repr=False)
-    timeout_body: str | None
-    #: The wait step as the SDK sent it (``stepId``, ``stepName``, ``stepType``, ...).
-    step: dict[str, Any] = field(repr=False)
-    #: The step's publish back into the run when notified, and when timed out (to
-    #: ``timeout_url``, with ``timeout_headers`` forwarded).
-    options: MessageOptions = field(repr=False)
-    timeout_options: MessageOptions = field(repr=False)
-    #: The fake's own id of this wait (what its timeout is planned under).
-    waiter_id: str = ""
-    #: Which clock event is this waiter's timeout: a stale one (notified since) is skipped.
-    generation: int = 0
-
-    @property
-    def step_name(self) -> str:
-        return str(self.step.get("stepName", ""))
-
-    @property
-    def step_type(self) -> str:
-        """``Wait`` for ``waitForEvent``, ``WaitForWebhook`` for a webhook."""
-        return str(self.step.get("stepType", ""))
-
-    @property
-    def created_at(self) -> datetime:
-        return ms_to_datetime(self.created_ms)
-
-    @property
-    def deadline(self) -> datetime:
-        """When the wait times out (the step then resumes with ``timeout: true``)."""
-        return ms_to_datetime(self.deadline_ms)
-
-    def __repr__(self) -> str:
-        return (
-            f"<Waiter {self.event_id!r} run={self.run_id} step={self.step_name!r} "
-            f"deadline={self.deadline.isoformat()}>"
-        )
 
 
 @dataclass(eq=False, slots=True)

@@ -15,7 +15,8 @@ from typing import Any
 
 import httpx
 
-from .models import FlowControl, MessageOptions, split_labels
+from .models import split_labels
+from .options import FlowControl, MessageOptions
 from .retry import RetryDelayExpression
 
 #: The feature a workflow client sends when its trigger's configuration is the run's.

@@ -23,8 +23,8 @@ from cronsim import CronSim, CronSimError
 from .clock import VirtualClock
 from .dedup import DEFAULT_DEDUP_WINDOW_MS, Deduplication, dedup_key
 from .ids import IdGenerator
-from .models import LATEST_MS, Message, ms_to_datetime
-from .options import MessageOptions
+from .models import Message, ms_to_datetime
+from .options import LATEST_MS, MessageOptions
 from .url_groups import UnknownDestination
 
 

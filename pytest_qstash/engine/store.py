@@ -4,19 +4,22 @@ Every transition a message goes through happens here, is logged as QStash logs i
 what comes next on the virtual clock. The resources beside messages are collections that own
 their rules (the DLQ, deduplication, queues, flow-control keys, schedules, workflow runs); the
 store holds them and delegates. Nothing here knows HTTP.
+
+The Store is composed of its verbs, grouped by what they act on: ``admission.py`` (when a
+due message may start), ``store_runs.py`` (workflow runs), ``store_resources.py`` (URL
+groups, schedules, flow keys, dead letters), ``store_limits.py`` (the plan's checks). This
+module keeps the state, a message's creation and its attempts.
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable
 from itertools import islice
-from typing import Any, Literal
 
 import httpx
 
-from . import plans, provisioned, trigger, workflow_dlq
 from .account import Account
+from .admission import Admission
 from .attempts import (
     CANCELED_IN_FLIGHT,
     NON_RETRYABLE_STATUS,
@@ -28,27 +31,25 @@ from .attempts import (
 from .callbacks import callback_options, callback_payload
 from .clock import VirtualClock
 from .dedup import DEFAULT_DEDUP_WINDOW_MS, Deduplication, dedup_key
-from .deliverable import checked_destination, is_url
+from .deliverable import is_url
 from .dlq import DeadLetters
 from .engine import Published
-from .flow_control import FlowKey, FlowKeys
+from .flow_control import FlowKeys
 from .ids import IdGenerator
-from .invocations import outcome_step
-from .models import KEPT_RESPONSE_BYTES, Delivery, DlqEntry, Event, Invoker, Message, Waiter
+from .models import KEPT_RESPONSE_BYTES, Delivery, DlqEntry, Event, Message
 from .options import MessageOptions
 from .plans import DAY_MS, DEFAULT_PLAN, PLANS, DailyQuotaExceeded, Plan
-from .queues import Queue, Queues
+from .queues import Queues
 from .rejections import RejectedCall, RejectedCalls
 from .retention import Retention, Trail
 from .retry import DEFAULT_RETRIES
-from .schedules import CronExpression, Schedule, Schedules
-from .url_groups import Endpoint, UnknownDestination, UrlGroup
-from .verb_specs import Trigger
-from .waiters import Waiters, new_waiter, resume_step
-from .workflows import WorkflowRun, WorkflowRuns
-
-#: What holds a due message back (``Store.admission``).
-Hold = Literal["queue", "parallelism", "flow"]
+from .schedules import Schedules
+from .store_limits import PlanChecks
+from .store_resources import ResourceVerbs
+from .store_runs import RunVerbs
+from .url_groups import UnknownDestination, UrlGroup
+from .waiters import Waiters
+from .workflows import WorkflowRuns
 
 __all__ = [
     "DEFAULT_DEDUP_WINDOW_MS",
@@ -61,7 +62,7 @@ __all__ = [
 ]
 
 
-class Store:
+class Store(RunVerbs, ResourceVerbs, PlanChecks, Admission):
     def __init__(
         self,
         clock: VirtualClock,
@@ -143,38 +144,6 @@ class Store:
         if self.retention is None:
             return {"messages": 0, "runs": 0, "dlq": 0}
         return dict(self.retention.forgotten)
-
-    def view_since(self, *, messages: int, deliveries: int, runs: int, api_errors: int) -> Store:
-        """A shallow copy whose histories start at these positions (each counted over all
-        there ever was, what retention forgot included): the messages created or attempted
-        since, their DLQ entries, the runs started since, the API calls rejected since. For
-        reading (a report), never changed."""
-        view = copy.copy(self)
-        since = max(0, deliveries - self.deliveries.dropped)
-        touched = {d.message_id for d in self.deliveries[since:]}
-        touched.update(self.in_flight)
-        # Retention forgets the oldest first (mostly): what it forgot shifts the positions.
-        forgotten = self.forgotten()
-        view.messages = {
-            message_id: message
-            for index, (message_id, message) in enumerate(self.messages.items())
-            if index + forgotten["messages"] >= messages or message_id in touched
-        }
-        view.dlq = DeadLetters()
-        view.dlq.update(
-            (dlq_id, entry)
-            for dlq_id, entry in self.dlq.items()
-            if entry.message.message_id in view.messages
-        )
-        view.workflows = copy.copy(self.workflows)
-        first_run = max(0, runs - forgotten["runs"])
-        view.workflows.runs = dict(list(self.workflows.runs.items())[first_run:])
-        view.api_errors = RejectedCalls()
-        new_errors = self.api_errors.total - api_errors
-        for call in list(self.api_errors)[max(0, len(self.api_errors) - new_errors) :]:
-            view.api_errors.record(call)
-        view.api_errors.total = new_errors
-        return view
 
     def awaits_callbacks(self, message_id: str) -> bool:
         """Whether callbacks about the message are still to finish."""
@@ -513,81 +482,6 @@ class Store:
         self._finished(message)
         return True
 
-    # -- what the plan and the destinations allow (their rules: plans.py, deliverable.py) --
-    def check_message(self, opts: MessageOptions, content: bytes) -> None:
-        """Refuse a publish (or a schedule's template) over the plan's size, delay or retries
-        (``PlanLimitExceeded``)."""
-        now = self.clock.now_ms
-        plans.check_message(self.plan, len(content), opts.due_ms(now) - now, opts.retries)
-
-    def check_new_url_group(self, name: str) -> None:
-        """Refuse a URL group the plan has no room for (one that exists creates nothing)."""
-        if name not in self.url_groups:
-            plans.check_url_groups(self.plan, len(self.url_groups))
-
-    def check_new_schedule(self, schedule_id: str | None) -> None:
-        """Refuse a schedule over the plan's active schedules (an overwrite creates none)."""
-        if schedule_id is not None and schedule_id in self.schedules:
-            return
-        plans.check_active_schedules(self.plan, self._active_schedules())
-
-    def check_resumed_schedule(self, schedule_id: str) -> None:
-        """A paused schedule that resumes becomes active again: it counts against the limit."""
-        schedule = self.schedules.get(schedule_id)
-        if schedule is not None and schedule.paused:
-            plans.check_active_schedules(self.plan, self._active_schedules())
-
-    def check_queues(self, names: Iterable[str | None], parallelism: int | None = None) -> None:
-        """Refuse an upsert or enqueue that would create more queues than the plan holds
-        (queues that exist create nothing), or give a queue more parallelism than it allows."""
-        new = {name for name in names if name is not None and name not in self.queues}
-        plans.check_queues(self.plan, len(self.queues), len(new), parallelism)
-
-    def checked_destination(self, destination: str, *, group_needs_endpoints: bool) -> str:
-        """The destination a publish or schedule names, as it is published to, or
-        ``Undeliverable`` (``deliverable.checked_destination``)."""
-        return checked_destination(
-            destination, self.url_groups, group_needs_endpoints=group_needs_endpoints
-        )
-
-    def _active_schedules(self) -> int:
-        return sum(1 for s in self.schedules.values() if not s.paused)
-
-    def count_daily(self, count: int) -> None:
-        """Count ``count`` messages the API publishes against the plan's daily quota (a UTC
-        day), or refuse them all (``DailyQuotaExceeded``) when they would exceed it. Only
-        what the API publishes counts: not retries, callbacks or schedule firings."""
-        limit = self.plan.messages_per_day
-        if limit is None:
-            return
-        now = self.clock.now_ms
-        day_start = now - now % DAY_MS
-        day, used = self._published_day
-        if day != day_start:
-            used = 0
-        if used + count > limit:
-            raise DailyQuotaExceeded(self.plan.name, limit, used, day_start + DAY_MS)
-        self._published_day = (day_start, used + count)
-
-    def succeed_run(self, run: WorkflowRun, response: str | None = None) -> None:
-        """The app reported that a run's route returned (``response``: what it returned)."""
-        self.workflows.succeed(run, self.clock.now_ms, response)
-
-    def cancel_run(self, run: WorkflowRun) -> None:
-        """Cancel an active run, and its messages still owed a delivery with it."""
-        for message in self.workflows.cancel(run, self.clock.now_ms):
-            self.cancel(message)
-
-    def end_refused_runs(self, run_ids: Iterable[str], reason: str) -> None:
-        """The API refused a step publish of these runs (``reason``): the SDK takes that
-        answer for a cancel and stops, so each active one ends RUN_FAILED, the reason kept,
-        and its messages still owed a delivery are cancelled."""
-        for run_id in run_ids:
-            run = self.workflows.get(run_id)
-            if run is not None and run.active:
-                for message in self.workflows.refuse_step(run, reason, self.clock.now_ms):
-                    self.cancel(message)
-
     def redeliver(self, message: Message) -> None:
         """Deliver a DELIVERED message again, as QStash's at-least-once delivery may: same
         id, body and headers, the same ``Upstash-Retried``, a fresh signature. It is pending
@@ -607,268 +501,24 @@ class Store:
     def pending(self) -> Iterable[Message]:
         return (m for m in self.messages.values() if not m.done)
 
-    # -- dead letters -----------------------------------------------------------------------
-    def retry_dlq_entry(
-        self,
-        dlq_id: str,
-        overrides: MessageOptions | None = None,
-        *,
-        cause: Message | None = None,
-    ) -> Message:
-        """Publish a dead letter again and drop its entry: a new message (new id, retries
-        counted from zero) with the stored URL, body, headers and options.
-
-        ``overrides`` replace the stored options they name (``given``: ``Upstash-Retries:
-        0``, ``Upstash-Forward-X: 2`` read by the API). Raises ``KeyError`` for an unknown
-        id. Deduplication options are not carried over: the retry would otherwise be
-        deduplicated into the message that failed.
-        """
-        entry = self.dlq[dlq_id]
-        failed = entry.message
-        opts = failed.options.republished()
-        opts.retries = failed.max_retries
-        if overrides is not None:
-            opts = opts.overridden(overrides)
-            opts.deduplication_id, opts.content_based_deduplication = None, False
-        message = self.create_message(
-            failed.url,
-            failed.content,
-            opts,
-            queue=failed.queue,
-            url_group=failed.url_group,
-            endpoint_name=failed.endpoint_name,
-            schedule_id=failed.schedule_id,
-            callback_for=failed.callback_for,
-            cause=cause,
-        )
-        message.is_failure_callback = failed.is_failure_callback
-        message.retried_from = failed.message_id
-        message.from_schedule = False  # the test's own doing now, whatever started it
-        if failed.workflow_run_id is not None:
-            self.workflows.replace_dead_letter(failed, message, entry)
-        del self.dlq[dlq_id]
-        return message
-
-    def delete_dead_letter(self, dlq_id: str) -> bool:
-        """Drop a DLQ entry; False when there is none with this id."""
-        return self.dlq.delete(dlq_id)
-
-    # -- the workflow DLQ (its rules: workflow_dlq.py) ----------------------------------------
-    def resume_run(
-        self,
-        dlq_id: str,
-        overrides: MessageOptions | None = None,
-        *,
-        cause: Message | None = None,
-    ) -> WorkflowRun:
-        """A new run going on from the step that failed the run of the workflow DLQ entry
-        ``dlq_id`` (``overrides``: the run settings a request replaces; None: it named none).
-        ``NotAWorkflowEntry`` for an id no failed run has."""
-        return workflow_dlq.resume(self, dlq_id, overrides, cause=cause)
-
-    def restart_run(
-        self,
-        dlq_id: str,
-        overrides: MessageOptions | None = None,
-        *,
-        cause: Message | None = None,
-    ) -> WorkflowRun:
-        """A new run from the start of the failed run of the workflow DLQ entry ``dlq_id``."""
-        return workflow_dlq.restart(self, dlq_id, overrides, cause=cause)
-
-    def retry_failure_function(self, dlq_id: str, *, cause: Message | None = None) -> WorkflowRun:
-        """Call the failure function of the failed run of ``dlq_id`` again, once its call
-        failed (``FailureFunctionNotRetryable`` otherwise)."""
-        return workflow_dlq.retry_failure_function(self, dlq_id, cause=cause)
-
-    def cancel_failure_function(self, dlq_id: str) -> WorkflowRun:
-        """Cancel the failure function call of the failed run of ``dlq_id`` in progress
-        (``FailureFunctionNotRetryable`` when none is)."""
-        return workflow_dlq.cancel_failure_function(self, dlq_id)
-
-    # -- triggered runs (their rules: trigger.py) -------------------------------------------
-    def trigger_run(self, call: Trigger, *, cause: Message | None = None) -> str:
-        """Start a run as a workflow client does (``qstash.trigger``); returns its run id.
-        ``ValueError``/``TypeError`` for an argument that is not valid."""
-        return trigger.trigger_run(self, call, cause=cause)
-
-    def start_run(
-        self,
-        url: str,
-        content: bytes,
-        opts: MessageOptions,
-        run_id: str,
-        failure_url: str | None,
-        *,
-        cause: Message | None = None,
-    ) -> tuple[WorkflowRun, bool]:
-        """Publish the init message of run ``run_id`` as the workflow clients do
-        (``POST /v2/trigger``); returns the run and whether it existed already."""
-        return trigger.start_run(self, url, content, opts, run_id, failure_url, cause=cause)
-
-    # -- provisioning -----------------------------------------------------------------------
-    def carry_over_from(self, old: Store, keep: Collection[str]) -> None:
-        """Take the resources named in ``keep`` (URL groups, queues, schedules) from ``old``,
-        as resources, never as history (``provisioned.py``)."""
-        provisioned.carry_over(old, self, keep)
-
-    # -- URL groups -------------------------------------------------------------------------
-    def upsert_url_group(self, name: str, endpoints: Iterable[Endpoint]) -> UrlGroup:
-        """Add the endpoints to the group ``name`` (created if the plan has room for it); an
-        endpoint whose URL it has already is renamed."""
-        self.check_new_url_group(name)
-        now = self.clock.now_ms
-        group = self.url_groups.get(name)
-        if group is None:
-            group = self.url_groups[name] = UrlGroup(name, now, now)
-        for endpoint in endpoints:
-            group.upsert(endpoint, now)
-        return group
-
-    def remove_url_group_endpoints(self, name: str, endpoints: Iterable[Endpoint]) -> None:
-        """Remove the endpoints (by URL, or by name) from an existing group (``KeyError`` for
-        an unknown one); QStash deletes a group once it is empty."""
-        group = self.url_groups[name]
-        for endpoint in endpoints:
-            group.remove(endpoint.url or None, endpoint.name, self.clock.now_ms)
-        if not group.endpoints:
-            del self.url_groups[name]
-
-    def delete_url_group(self, name: str) -> bool:
-        return self.url_groups.pop(name, None) is not None
-
-    # -- queues -----------------------------------------------------------------------------
-    def queue(self, name: str) -> Queue:
-        """The queue called ``name``, created (parallelism 1) if it does not exist."""
-        return self.queues.queue(name, self.clock.now_ms)
-
-    def admission(self, message: Message, at_ms: int) -> tuple[Hold | None, int | None]:
-        """The admission rule, read without changing anything: what holds a message due at
-        ``at_ms`` back, if anything, and when it may start. In order: its queue (it is not
-        among the first ``parallelism`` of the queue's unfinished messages, or the queue is
-        paused), the account's global parallelism (used up), its flow-control key (paused or
-        its parallelism used up: no time, an attempt's end or a resume releases it; over its
-        rate: when the key's period ends). ``may_start`` applies it; the scheduler reads it
-        (``start_ms``)."""
-        if self.queues.holds(message.queue, message.message_id):
-            return "queue", None
-        if len(self.in_flight) >= self.global_parallelism:
-            return "parallelism", None
-        flow = self._flow_of(message)
-        if flow is None:
-            return None, at_ms
-        start = flow.next_start_ms(at_ms)
-        return (None if start == at_ms else "flow"), start
-
-    def start_ms(self, message: Message, due_ms: int) -> int | None:
-        """When a message due at ``due_ms`` may start as the admission rule stands now; None
-        while something holds it until released (``admission``)."""
-        return self.admission(message, due_ms)[1]
-
-    def may_start(self, message: Message) -> bool:
-        """Whether a due message may be attempted now (``admission``); if so its attempt is
-        counted against its flow-control key. If not, it waits where it is held and is
-        released when that allows it."""
-        now = self.clock.now_ms
-        fc = message.flow_control
-        if fc is not None and fc.key:
-            self.flow_keys.key(fc.key, now)  # a key exists from the first message naming it
-        held_by, _ = self.admission(message, now)
-        flow = self._flow_of(message)
-        if held_by is None:
-            if flow is not None:
-                flow.count_start(now)
-            return True
-        if held_by == "queue":
-            self.queues.park(message.queue, message.message_id)
-        elif held_by == "parallelism":
-            self._global_waiting[message.message_id] = None
-        else:
-            assert flow is not None
-            flow.waiting[message.message_id] = None
-            self._plan_wake(flow)
-        return False
-
-    def _flow_of(self, message: Message) -> FlowKey | None:
-        fc = message.flow_control
-        return self.flow_keys.get(fc.key) if fc is not None and fc.key else None
-
-    def flow_key(self, key: str) -> FlowKey:
-        return self.flow_keys.key(key, self.clock.now_ms)
-
-    def wake_flow(self, key: str) -> None:
-        """A flow-control key's period ended (or it was resumed, pinned, reset): release what
-        now fits."""
-        flow = self.flow_keys.get(key)
-        if flow is None:
+    # -- the plan's daily quota (its other limits: store_limits.py) -------------------------
+    def count_daily(self, count: int) -> None:
+        """Count ``count`` messages the API publishes against the plan's daily quota (a UTC
+        day), or refuse them all (``DailyQuotaExceeded``) when they would exceed it. Only
+        what the API publishes counts: not retries, callbacks or schedule firings."""
+        limit = self.plan.messages_per_day
+        if limit is None:
             return
-        flow.wake_ms = None
-        self._release(flow)
-
-    def pause_flow_key(self, key: str) -> FlowKey:
-        """Hold every message of the key (created if it does not exist) until resumed."""
-        flow = self.flow_key(key)
-        flow.paused = True
-        return flow
-
-    def resume_flow_key(self, key: str) -> FlowKey:
-        flow = self.flow_key(key)
-        flow.paused = False
-        self.wake_flow(key)
-        return flow
-
-    def pin_flow_key(
-        self,
-        key: str,
-        *,
-        parallelism: int | None = None,
-        rate: int | None = None,
-        period_s: int | None = None,
-    ) -> FlowKey:
-        """Pin the limits given on the key (created if it does not exist); a new rate period
-        starts now."""
-        flow = self.flow_key(key)
-        flow.pin(self.clock.now_ms, parallelism=parallelism, rate=rate, period_s=period_s)
-        self.wake_flow(key)
-        return flow
-
-    def unpin_flow_key(self, key: str, *, parallelism: bool, rate: bool) -> FlowKey:
-        """Unpin the limits named on an existing key (``KeyError`` for an unknown one)."""
-        flow = self.flow_keys[key]
-        flow.unpin(parallelism=parallelism, rate=rate)
-        self.wake_flow(key)
-        return flow
-
-    def reset_flow_rate(self, key: str) -> FlowKey:
-        """Start a new rate period now on an existing key (``KeyError`` for an unknown one)."""
-        flow = self.flow_keys[key]
-        flow.reset_rate(self.clock.now_ms)
-        self.wake_flow(key)
-        return flow
-
-    def _release(self, flow: FlowKey) -> None:
         now = self.clock.now_ms
-        for message_id in self.flow_keys.release(flow, now):
-            self._plan_delivery(self.messages[message_id], now)
-        self._plan_wake(flow)
+        day_start = now - now % DAY_MS
+        day, used = self._published_day
+        if day != day_start:
+            used = 0
+        if used + count > limit:
+            raise DailyQuotaExceeded(self.plan.name, limit, used, day_start + DAY_MS)
+        self._published_day = (day_start, used + count)
 
-    def _plan_wake(self, flow: FlowKey) -> None:
-        wake_ms = self.flow_keys.plan_wake(flow, self.clock.now_ms)
-        if wake_ms is not None:
-            self.clock.schedule(wake_ms, "flow", flow.key)
-
-    def update_queue(
-        self, name: str, *, parallelism: int | None = None, paused: bool | None = None
-    ) -> Queue:
-        queue = self.queue(name)
-        if parallelism is not None:
-            queue.parallelism = parallelism
-        if paused is not None:
-            queue.paused = paused
-        queue.updated_ms = self.clock.now_ms
-        self._start_released(self.queues.release(queue))
-        return queue
-
+    # -- queues (a queue's other verbs: admission.py) -----------------------------------------
     def delete_queue(self, name: str) -> bool:
         queue = self.queues.pop(name, None)
         if queue is None:
@@ -878,6 +528,7 @@ class Store:
             self.cancel(self.messages[message_id])
         return True
 
+    # -- a message's end: its queue slot, once its callbacks are done ------------------------
     def _finished(self, message: Message) -> None:
         """A message reached its final state: free its queue slot, unless callbacks about it
         are still to come (they are published right after this attempt) or to finish."""
@@ -911,168 +562,11 @@ class Store:
     def _leave_queue(self, message: Message) -> None:
         self._start_released(self.queues.leave(message.queue, message.message_id))
 
-    def _start_released(self, message_ids: list[str]) -> None:
-        """Plan the messages their queue let go, each when it is due."""
-        for message_id in message_ids:
-            message = self.messages[message_id]
-            self._plan_delivery(message, max(message.not_before_ms, self.clock.now_ms))
-
-    # -- schedules --------------------------------------------------------------------------
-    def put_schedule(
-        self,
-        destination: str,
-        cron: CronExpression,
-        content: bytes,
-        opts: MessageOptions,
-    ) -> tuple[Schedule, bool]:
-        """Create a schedule (or overwrite the one ``opts.schedule_id`` names); returns it and
-        whether the creation was deduplicated into an existing one."""
-        return self.schedules.put(destination, cron, content, opts, opts.schedule_id)
-
-    def delete_schedule(self, schedule_id: str) -> bool:
-        return self.schedules.delete(schedule_id)
-
-    def pause_schedule(self, schedule: Schedule) -> None:
-        self.schedules.pause(schedule)
-
-    def resume_schedule(self, schedule: Schedule) -> None:
-        self.schedules.resume(schedule)
-
-    def fire_schedule(self, schedule_id: str, generation: int) -> list[Message]:
-        """A cron firing: its schedule publishes from the template and plans the next one."""
-        return self.schedules.fire(schedule_id, generation, self._publish_firing)
-
-    def _publish_firing(self, schedule: Schedule) -> list[Message]:
-        opts = schedule.options
-        if opts.workflow_headers:
-            opts = opts.copy()  # a run's step takes its settings in place: not the template's
-        published, _ = self.publish(
-            schedule.destination,
-            schedule.content,
-            opts,
-            queue=schedule.queue,
-            schedule_id=schedule.schedule_id,
-        )
-        return [p.message for p in published]
-
-    def _run_ended(self, run: WorkflowRun) -> None:
-        """A workflow run ended: its waits end with it, and a run another one invoked
-        reports its outcome to that run."""
-        self.waiters.forget_run(run.run_id)
-        self._report_invocation(run)
-        if self.retention is not None:
-            self.retention.run_ended(run.run_id, self.clock.now_ms)
-
-    def record_invoker(self, started: Iterable[Message], invoker: Invoker) -> None:
-        """The runs the messages ``started`` (an invoke's publish) remember ``invoker``, to
-        report their outcome to it; a run that has one already keeps it."""
-        for message in started:
-            run_id = message.workflow_run_id
-            run = self.workflows.get(run_id) if run_id else None
-            if run is not None and run.invoker is None:
-                run.invoker = invoker
-
-    def _report_invocation(self, run: WorkflowRun) -> Message | None:
-        """When another run invoked ``run``, publish the invoke step back into that run with
-        the outcome (a run that ended since takes nothing)."""
-        invoker = run.invoker
-        if invoker is None or run.state == "RUN_STARTED" or not invoker.url or not invoker.options:
-            return None
-        target = self.workflows.get(invoker.run_id)
-        if target is None or not target.active:
-            return None
-        entry = self.dlq.get(run.dlq_id) if run.dlq_id else None
-        url, content, opts = outcome_step(run, None if entry is None else entry.response_body)
-        published, _ = self.publish(url, content, opts)
-        return published[0].message
-
-    # -- workflow waits ---------------------------------------------------------------------
-    def wait(
-        self,
-        run: WorkflowRun,
-        event_id: str,
-        body: Mapping[str, Any],
-        headers: Mapping[str, str],
-        options: MessageOptions,
-        timeout_options: MessageOptions,
-        *,
-        cause: Message | None = None,
-    ) -> Waiter | Message:
-        """The run waits for ``event_id``: a ``Waiter`` until a notify or its timeout, or, when
-        a notify for the run was kept, the resumed step's message at once (``waiters.py``).
-        ``options`` publish the step when notified, ``timeout_options`` when timed out.
-        ``ValueError`` for a timeout that is not a duration."""
-        now = self.clock.now_ms
-        waiter = new_waiter(
-            run, event_id, body, headers, now, self.waiters.new_id(), options, timeout_options
-        )
-        saved = self.waiters.take_saved(run.run_id, event_id)
-        if saved is not None:
-            return self._resume(waiter, saved, cause)
-        self.waiters.add(waiter)
-        waiter.generation = 1
-        self.clock.schedule(waiter.deadline_ms, "wait", waiter.waiter_id, waiter.generation)
-        return waiter
-
-    def notify(
-        self,
-        event_id: str,
-        data: bytes,
-        run_id: str | None = None,
-        *,
-        cause: Message | None = None,
-    ) -> list[tuple[WorkflowRun, Waiter | None, Message | None]]:
-        """Notify ``event_id``: every run waiting for it (``run_id`` None; the event is lost
-        when none waits), or the run ``run_id``, whose notify is kept when it is not waiting.
-        Returns, per run reached, the waiter notified and the message resuming it (both None
-        when kept). ``KeyError`` when ``run_id`` names no active run."""
-        if run_id is not None:
-            run = self.workflows.get(run_id)
-            if run is None or not run.active:
-                raise KeyError(run_id)
-            mine = [w for w in self.waiters.of_event(event_id) if w.run_id == run_id]
-            if not mine:
-                self.waiters.save(run_id, event_id, data)
-                return [(run, None, None)]
-            targets = mine
-        else:
-            targets = self.waiters.of_event(event_id)
-        out: list[tuple[WorkflowRun, Waiter | None, Message | None]] = []
-        for waiter in targets:
-            run = self.workflows.get(waiter.run_id)
-            self.waiters.remove(waiter)
-            if run is None or not run.active:
-                continue
-            out.append((run, waiter, self._resume(waiter, data, cause)))
-        return out
-
-    def wait_timed_out(self, waiter_id: str, generation: int) -> Message | None:
-        """A wait's timeout came: its step goes back to the run timed out."""
-        waiter = self.waiters.live(waiter_id, generation)
-        if waiter is None:
-            return None
-        self.waiters.remove(waiter)
-        run = self.workflows.get(waiter.run_id)
-        if run is None or not run.active:
-            return None
-        return self._resume(waiter, None, None)
-
-    def _resume(self, waiter: Waiter, data: bytes | None, cause: Message | None) -> Message:
-        """Publish the wait step back into its run: notified with ``data``, or timed out."""
-        url, content, opts = resume_step(waiter, data)
-        published, _ = self.publish(url, content, opts, cause=cause)
-        return published[0].message
-
     # -- internals --------------------------------------------------------------------------
     def _record(self, *events: Event) -> None:
         """Log what a message's transition returned (``Message.start``, ``fail``, ...)."""
         for event in events:
             self.events.append(event)
-
-    def _plan_delivery(self, message: Message, due_ms: int) -> None:
-        generation = self._generation.get(message.message_id, 0) + 1
-        self._generation[message.message_id] = generation
-        self.clock.schedule(due_ms, "deliver", message.message_id, generation)
 
     def _fail(self, message: Message, result: AttemptResult) -> DlqEntry | None:
         self._record(message.fail(result, self.clock.now_ms))

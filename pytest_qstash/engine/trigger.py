@@ -15,8 +15,8 @@ import httpx
 
 from .deliverable import Undeliverable, checked_header, checked_url, encoded_headers, is_forwarded
 from .engine import Engine
-from .models import Message, MessageOptions
-from .options import InvalidOption, canonical
+from .models import Message
+from .options import InvalidOption, MessageOptions, canonical
 from .verb_specs import Trigger
 from .workflows import WorkflowRun
 

@@ -20,10 +20,13 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from .durations import parse_duration_ms
-from .models import LATEST_MS, MessageOptions, Waiter
+from .models import ms_to_datetime
+from .options import LATEST_MS, MessageOptions
 from .workflows import WorkflowRun
 
 #: QStash's default wait timeout: seven days.
@@ -42,6 +45,58 @@ _TRANSPORT = frozenset(
         "transfer-encoding",
     }
 )
+
+
+@dataclass(eq=False, slots=True)
+class Waiter:
+    """A workflow run waiting for an event (``context.waitForEvent``, or a webhook's request
+    for ``context.waitForWebhook``), from its wait until a notify or its timeout."""
+
+    event_id: str
+    run_id: str
+    #: Where the notified step goes (the workflow URL) and the publish headers it goes with.
+    url: str
+    headers: dict[str, str] = field(repr=False)
+    created_ms: int
+    deadline_ms: int
+    #: Where the timed-out step goes, with these headers (``{name: [values]}``) and body.
+    timeout_url: str
+    timeout_headers: dict[str, list[str]] = field(repr=False)
+    timeout_body: str | None
+    #: The wait step as the SDK sent it (``stepId``, ``stepName``, ``stepType``, ...).
+    step: dict[str, Any] = field(repr=False)
+    #: The step's publish back into the run when notified, and when timed out (to
+    #: ``timeout_url``, with ``timeout_headers`` forwarded).
+    options: MessageOptions = field(repr=False)
+    timeout_options: MessageOptions = field(repr=False)
+    #: The fake's own id of this wait (what its timeout is planned under).
+    waiter_id: str = ""
+    #: Which clock event is this waiter's timeout: a stale one (notified since) is skipped.
+    generation: int = 0
+
+    @property
+    def step_name(self) -> str:
+        return str(self.step.get("stepName", ""))
+
+    @property
+    def step_type(self) -> str:
+        """``Wait`` for ``waitForEvent``, ``WaitForWebhook`` for a webhook."""
+        return str(self.step.get("stepType", ""))
+
+    @property
+    def created_at(self) -> datetime:
+        return ms_to_datetime(self.created_ms)
+
+    @property
+    def deadline(self) -> datetime:
+        """When the wait times out (the step then resumes with ``timeout: true``)."""
+        return ms_to_datetime(self.deadline_ms)
+
+    def __repr__(self) -> str:
+        return (
+            f"<Waiter {self.event_id!r} run={self.run_id} step={self.step_name!r} "
+            f"deadline={self.deadline.isoformat()}>"
+        )
 
 
 class Waiters:

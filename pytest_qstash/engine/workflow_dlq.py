@@ -15,7 +15,8 @@ from datetime import datetime
 import httpx
 
 from .engine import Engine
-from .models import DlqEntry, Message, MessageOptions, ms_to_datetime
+from .models import DlqEntry, Message, ms_to_datetime
+from .options import MessageOptions
 from .run_settings import RESUME_OVERRIDES, RunSettings
 from .workflows import FAILURE_CALL, STEP, FailureFunctionState, WorkflowRun
 

@@ -30,17 +30,8 @@ from ..engine.dedup import Deduplication
 from ..engine.dlq import DeadLetters
 from ..engine.flow_control import FlowKey, FlowKeys
 from ..engine.ids import IdGenerator
-from ..engine.models import (
-    ApiCall,
-    Delivery,
-    DlqEntry,
-    Event,
-    FlowControl,
-    Invoker,
-    Message,
-    Waiter,
-)
-from ..engine.options import MessageOptions
+from ..engine.models import ApiCall, Delivery, DlqEntry, Event, Invoker, Message
+from ..engine.options import FlowControl, MessageOptions
 from ..engine.plans import Plan
 from ..engine.queues import Queue, Queues
 from ..engine.rejections import RejectedCall, RejectedCalls
@@ -49,16 +40,10 @@ from ..engine.run_settings import RunSettings
 from ..engine.schedules import Schedule, Schedules
 from ..engine.store import Store
 from ..engine.url_groups import Endpoint, UrlGroup
-from ..engine.waiters import Waiters
+from ..engine.waiters import Waiter, Waiters
 from ..engine.workflow_dlq import WorkflowDlqEntry
-from ..engine.workflows import (
-    RunHeaders,
-    RunMember,
-    StepGroup,
-    WorkflowRun,
-    WorkflowRuns,
-    WorkflowStep,
-)
+from ..engine.workflow_steps import StepGroup, WorkflowStep
+from ..engine.workflows import RunHeaders, RunMember, WorkflowRun, WorkflowRuns
 from ..wire.faults import Fault
 from .forms import (
     KEYS,

@@ -28,17 +28,8 @@ from ..engine.dedup import DEFAULT_DEDUP_WINDOW_MS
 from ..engine.durations import DRAIN_WITHIN, Duration, parse_duration_ms
 from ..engine.flow_control import FlowKey
 from ..engine.ids import IdGenerator
-from ..engine.models import (
-    LATEST_MS,
-    ApiCall,
-    Delivery,
-    DlqEntry,
-    Event,
-    Message,
-    Waiter,
-    ms_to_datetime,
-)
-from ..engine.options import InvalidOption
+from ..engine.models import ApiCall, Delivery, DlqEntry, Event, Message, ms_to_datetime
+from ..engine.options import LATEST_MS, InvalidOption
 from ..engine.plans import DEFAULT_PLAN, plan_named
 from ..engine.queues import Queue
 from ..engine.retry import DEFAULT_RETRIES
@@ -47,6 +38,7 @@ from ..engine.schedules import Schedule
 from ..engine.store import Store
 from ..engine.url_groups import UrlGroup
 from ..engine.verb_specs import ContinueRun, FailNext, Notify, Trigger, verb
+from ..engine.waiters import Waiter
 from ..engine.workflow_dlq import WorkflowDlqEntry
 from ..engine.workflows import WorkflowRun
 from ..errors import AsyncContextError, SettingError

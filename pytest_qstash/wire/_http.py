@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 
-from ..engine.models import FlowControl, Message
-from ..engine.options import MessageOptions, canonical, header_lists
+from ..engine.models import Message
+from ..engine.options import FlowControl, MessageOptions, canonical, header_lists
 
 #: Query filters of a list or bulk endpoint: name -> the values given (OR-ed).
 Filters = dict[str, list[str]]

@@ -22,8 +22,14 @@ from ..engine.deliverable import (
 )
 from ..engine.durations import parse_duration_ms
 from ..engine.flow_control import MAX_PERIOD_S
-from ..engine.models import LATEST_MS, FlowControl, MessageOptions
-from ..engine.options import InvalidOption, canonical, check_due_in_range
+from ..engine.options import (
+    LATEST_MS,
+    FlowControl,
+    InvalidOption,
+    MessageOptions,
+    canonical,
+    check_due_in_range,
+)
 from ..engine.retry import InvalidRetryDelay, RetryDelayExpression
 
 

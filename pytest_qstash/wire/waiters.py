@@ -18,9 +18,10 @@ import httpx
 
 from ..engine import waiters as rules
 from ..engine.deliverable import Undeliverable, checked_url
-from ..engine.models import Message, Waiter
+from ..engine.models import Message
 from ..engine.options import InvalidOption, canonical
 from ..engine.store import Store
+from ..engine.waiters import Waiter
 from ..engine.workflows import WorkflowRun
 from ._http import ApiError, cause_of, json_response, read_json
 from .publish_headers import parse_options

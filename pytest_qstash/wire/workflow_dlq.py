@@ -165,7 +165,7 @@ def cancel_callback(store: Store, request: httpx.Request, dlq_id: str) -> httpx.
     progress; answered 302, as the document says (400 when none is in progress)."""
     _get(store, dlq_id)
     try:
-        store.cancel_failure_function(dlq_id)
+        wdlq.cancel_failure_function(store, dlq_id)
     except FailureFunctionNotRetryable as exc:
         raise ApiError(400, str(exc)) from None
     return empty_response(302)

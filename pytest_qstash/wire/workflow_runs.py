@@ -12,6 +12,7 @@ from ..engine.deliverable import Undeliverable, checked_url
 from ..engine.models import Message
 from ..engine.options import InvalidOption
 from ..engine.store import Store
+from ..engine.trigger import start_run
 from ..engine.workflows import WorkflowRun
 from ._http import ApiError, cause_of, json_response, read_json
 from .publish_headers import parse_options
@@ -103,4 +104,4 @@ def trigger_request(
         ):
             publish[lowered] = value
     opts = parse_options(publish)
-    return store.start_run(url, content, opts, run_id, url, cause=cause)
+    return start_run(store, url, content, opts, run_id, url, cause=cause)

@@ -16,7 +16,8 @@ from ..engine.models import Delivery, Message
 from ..engine.options import MessageOptions
 from ..engine.retry import DEFAULT_RETRY_DELAY
 from ..engine.store import Store
-from ..engine.workflows import NOT_FOUND, STEP, WorkflowRun, WorkflowStep
+from ..engine.workflow_steps import WorkflowStep
+from ..engine.workflows import NOT_FOUND, STEP, WorkflowRun
 from ._http import (
     ApiError,
     Filters,

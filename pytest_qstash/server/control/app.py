@@ -34,7 +34,7 @@ import httpx
 from ...delivery.mounts import Redirect, check_redirect, merge_redirects, mount_url
 from ...engine.models import Delivery
 from ...engine.plans import DEFAULT_PLAN, PLANS, plan_named
-from ...engine.provisioned import keep_names
+from ...engine.provisioned import carry_over, keep_names
 from ...testing.fake import FakeQStash
 from ...wire._http import request_path
 from ...wire.api import same_token
@@ -418,7 +418,7 @@ class QStashServerApp:
         # now), not where the last test left it: tests sharing a server must not lean on the
         # order they run in.
         fake = build_fake(self.settings, start, self.resets + 1, plan)
-        fake.store.carry_over_from(old.store, keep)
+        carry_over(old.store, fake.store, keep)
         self.resets += 1
         self._install(fake)
         self.persistence.reset()

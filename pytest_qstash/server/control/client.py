@@ -23,11 +23,12 @@ from typing import Any, TypeVar
 
 from ...engine.durations import DRAIN_WITHIN, Duration
 from ...engine.flow_control import FlowKey
-from ...engine.models import ApiCall, Delivery, DlqEntry, Event, Message, Waiter
+from ...engine.models import ApiCall, Delivery, DlqEntry, Event, Message
 from ...engine.queues import Queue
 from ...engine.schedules import Schedule
 from ...engine.url_groups import UrlGroup
 from ...engine.verb_specs import ContinueRun, FailNext, Notify, Trigger, values, verb
+from ...engine.waiters import Waiter
 from ...engine.workflow_dlq import WorkflowDlqEntry
 from ...engine.workflows import WorkflowRun
 from ...errors import QStashFakeError

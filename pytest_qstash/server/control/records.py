@@ -25,21 +25,13 @@ from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 from ...engine.flow_control import FlowKey
-from ...engine.models import (
-    ApiCall,
-    Delivery,
-    DlqEntry,
-    Event,
-    FlowControl,
-    Invoker,
-    Message,
-    Waiter,
-)
-from ...engine.options import MessageOptions
+from ...engine.models import ApiCall, Delivery, DlqEntry, Event, Invoker, Message
+from ...engine.options import FlowControl, MessageOptions
 from ...engine.queues import Queue
 from ...engine.run_settings import RunSettings
 from ...engine.schedules import Schedule
 from ...engine.url_groups import Endpoint, UrlGroup
+from ...engine.waiters import Waiter
 from ...engine.workflow_dlq import WorkflowDlqEntry
 from ...engine.workflows import WorkflowRun
 from .. import codegen

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ...engine.store import Store
+from ...engine.store_view import view_since
 from ...testing import report
 
 #: What a test calls the server by: the verbs its report suggests are this fixture's.
@@ -66,7 +67,8 @@ def since(store: Store, mark: Mark | None, generation: int) -> str | None:
 
 def _view(store: Store, mark: Mark) -> Store:
     """A view of ``store`` whose histories start at ``mark``: read, never changed."""
-    return store.view_since(
+    return view_since(
+        store,
         messages=mark.messages,
         deliveries=mark.deliveries,
         runs=mark.runs,
