@@ -372,9 +372,9 @@ def test_api_calls_lists_each_call_and_its_answer(qstash: FakeQStash) -> None:
 
 
 def test_api_calls_keeps_the_newest(monkeypatch: pytest.MonkeyPatch) -> None:
-    import pytest_qstash.testing.fake
+    import pytest_qstash.testing.gateway
 
-    monkeypatch.setattr(pytest_qstash.testing.fake, "API_CALLS_KEPT", 2)
+    monkeypatch.setattr(pytest_qstash.testing.gateway, "API_CALLS_KEPT", 2)
     with FakeQStash() as fake:
         client = QStash(fake.token, retry=False)
         for n in range(3):

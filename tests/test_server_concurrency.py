@@ -17,9 +17,10 @@ import requests
 from qstash import QStash
 
 from pytest_qstash.server import AppProcess, ServerProcess
-from pytest_qstash.server.cli import beyond_loopback_warning, main
+from pytest_qstash.server.cli import main
 from pytest_qstash.server.control.app import MAX_BODY_BYTES, BodyTooLarge, _read_request
 from pytest_qstash.server.runner.deliveries import attempt_timeout_error
+from pytest_qstash.server.serving import beyond_loopback_warning
 
 HERE = Path(__file__).parent
 #: The servers' attempt timeout here: what a hanging endpoint costs a test.

@@ -100,9 +100,10 @@ def verb(spec: Callable[P, S]) -> Callable[[Callable[[T, S], R]], Callable[Conca
             __tracebackhide__ = True
             try:
                 call = spec(*args, **kwargs)
-            except TypeError as exc:  # said of the method, not of the dataclass
+            except TypeError as exc:  # said of the method, of the class it was called on
                 made = f"{getattr(spec, '__name__', '')}.__init__()"
-                raise TypeError(str(exc).replace(made, f"{body.__qualname__}()")) from None
+                said = f"{type(self).__name__}.{body.__name__}()"
+                raise TypeError(str(exc).replace(made, said)) from None
             return body(self, call)
 
         method.__name__ = body.__name__

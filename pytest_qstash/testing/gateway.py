@@ -1,0 +1,94 @@
+"""The fake's QStash API: each call answered against the store, through the faults a test armed,
+and kept in a bounded call log; which DLQ entries the test has read. A server's data dir keeps
+what it holds (``saved``/``restore``)."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import httpx
+
+from ..delivery.dispatcher import Dispatcher
+from ..engine.clock import VirtualClock
+from ..engine.models import ApiCall, DlqEntry
+from ..engine.store import Store
+from ..wire import api
+from ..wire._http import request_path
+from ..wire.faults import Fault, FaultTable
+
+#: How many API calls ``qstash.api_calls`` keeps (the newest).
+API_CALLS_KEPT = 1_000
+
+
+class ApiGateway:
+    """What answers the fake's QStash API calls (the interception's, ``qstash.transport``'s)."""
+
+    def __init__(self, store: Store, dispatcher: Dispatcher, clock: VirtualClock) -> None:
+        self._store = store
+        self._dispatcher = dispatcher  # its cause, at the time of each call
+        # Holds the clock, not the fake: a fake no one holds any more is freed at once rather
+        # than left to the cycle collector.
+        self.faults = FaultTable(lambda: clock.now_ms)
+        # Bounded: a call holds its headers and answer (about 2.6 KB), and a suite that
+        # publishes 100k messages in one test must not hold them all.
+        self.calls: deque[ApiCall] = deque(maxlen=API_CALLS_KEPT)
+        #: DLQ entries the test has read (``qstash.dlq``, or the DLQ through the API).
+        self.dlq_read: set[str] = set()
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        store = self._store
+        path = request_path(request).partition("?")[0]
+        at_ms = store.clock.now_ms
+
+        def sent(content: bytes) -> tuple[str, str, httpx.URL, httpx.Headers, bytes]:
+            return (request.method, path, request.url, request.headers, content)
+
+        try:
+            response = api.handle(store, request, self.faults, self._dispatcher.cause)
+        except Exception as exc:  # an injected network error: the client gets no answer
+            self.calls.append(
+                ApiCall(*sent(request.content), at_ms, None, error=f"{type(exc).__name__}: {exc}")
+            )
+            raise
+        kept = request.content if response.status_code < 400 else b""
+        self.calls.append(
+            ApiCall(*sent(kept), at_ms, response.status_code, response.headers, response.content)
+        )
+        if (
+            request.method == "GET"
+            and response.status_code == 200
+            and path.startswith(("/v2/dlq", "/v2/workflows/dlq"))
+        ):
+            self.mark_dlq_read(store.dlq)  # listed (or fetched) through the API
+        return response
+
+    def mark_dlq_read(self, dlq_ids: Iterable[str]) -> None:
+        read = self.dlq_read
+        read.update(dlq_ids)
+        if len(read) > 2 * len(self._store.dlq) + 64:
+            # Entries deleted, retried or expired since: forget them too (amortized).
+            read.intersection_update(self._store.dlq)
+
+    def unread_dlq(self) -> list[DlqEntry]:
+        """The DLQ entries the test never read, oldest first."""
+        return [e for e in self._store.dlq.values() if e.dlq_id not in self.dlq_read]
+
+    def saved(self) -> dict[str, Any]:
+        return {"api_calls": self.calls, "dlq_read": self.dlq_read, "faults": self.faults.faults}
+
+    def restore(self, extras: Mapping[str, Any]) -> None:
+        calls, read, faults = extras.get("api_calls"), extras.get("dlq_read"), extras.get("faults")
+        if (
+            not isinstance(calls, deque)
+            or not all(isinstance(call, ApiCall) for call in calls)
+            or not isinstance(read, set)
+            or not all(isinstance(dlq_id, str) for dlq_id in read)
+            or not isinstance(faults, list)
+            or not all(isinstance(fault, Fault) for fault in faults)
+        ):
+            raise ValueError("not the fake's saved API calls, DLQ entries read and faults")
+        self.calls = deque(calls, maxlen=API_CALLS_KEPT)
+        self.dlq_read = read
+        self.faults.faults = faults
