@@ -190,11 +190,11 @@ class Sender:
             loop.run_until_complete(asyncio.sleep(0))
         return result
 
-    async def _bounded(
+    def _bounded(
         self, coroutine: Awaitable[_T], request: httpx.Request, *, idle_watch: bool = True
-    ) -> _T:
-        __tracebackhide__ = True
-        return await self._watches.bounded(
+    ) -> Coroutine[Any, Any, _T]:
+        """The delivery, bounded by the timeout on the loop it runs on (``loop_watch``)."""
+        return self._watches.bounded(
             coroutine, request, self.delivery_timeout_s, idle_watch=idle_watch
         )
 
