@@ -214,7 +214,7 @@ def test_one_admission_rule() -> None:
 #: library or a third-party package with no public way to the same thing, each with why.
 PRIVATE_ACCESS_ALLOWED = {
     **{
-        ("pytest_qstash.delivery.transports", access): "asyncio has no public 'is the loop idle'"
+        ("pytest_qstash.delivery.loop_watch", access): "asyncio has no public 'is the loop idle'"
         for access in (
             "loop._ready",
             "loop._scheduled",
@@ -224,7 +224,7 @@ PRIVATE_ACCESS_ALLOWED = {
         )
     },
     **{
-        ("pytest_qstash.delivery.transports", access): (
+        ("pytest_qstash.delivery.loop_watch", access): (
             "ThreadPoolExecutor has no public 'is a worker busy'"
         )
         for access in (
@@ -234,10 +234,10 @@ PRIVATE_ACCESS_ALLOWED = {
             "executor._idle_semaphore._value",
         )
     },
-    ("pytest_qstash.delivery.transports", "exc._request"): (
+    ("pytest_qstash.delivery.network", "exc._request"): (
         "httpx's errors raise on .request when none is set; the field tells without raising"
     ),
-    ("pytest_qstash.delivery.transports", "client._transport"): (
+    ("pytest_qstash.delivery.test_clients", "client._transport"): (
         "httpx clients do not expose the transport a test client was built with"
     ),
     ("pytest_qstash.delivery.mounts", "app._transport"): (

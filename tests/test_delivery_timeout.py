@@ -25,7 +25,7 @@ from inner_pytest import run_inner
 from qstash import AsyncQStash, QStash
 
 from pytest_qstash import DeliveryTimeoutError, FakeQStash, QStashFakeError
-from pytest_qstash.delivery import transports
+from pytest_qstash.delivery import loop_watch
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
@@ -115,7 +115,7 @@ def make_sleeping_app() -> FastAPI:
 
 @pytest.fixture
 def short_grace(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(transports, "STALL_GRACE_S", 0.1)
+    monkeypatch.setattr(loop_watch, "STALL_GRACE_S", 0.1)
 
 
 def test_the_app_mounted_beside_its_testclient_is_reported_stuck(

@@ -39,8 +39,9 @@ from ..engine.store import AttemptResult, Store
 from ..errors import DeliveryLoopError, ReentrantCallError, UnroutedDeliveryError
 from .handler_time import HandlerTimes
 from .mounts import MountTable
+from .outcome import Outcome, Unrouted
 from .signing import sign
-from .transports import Outcome, Sender, Unrouted
+from .transports import Sender
 from .workflow_body import workflow_delivery
 
 USER_AGENT = "Upstash-QStash"

@@ -1,5 +1,5 @@
 """The error a control request is refused with, shared by the server app and what replays its
-control requests (``persistence.py``) without either importing the other."""
+control requests (``datadir/journal.py``) without either importing the other."""
 
 from __future__ import annotations
 

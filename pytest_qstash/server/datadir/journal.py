@@ -1,5 +1,6 @@
 """The data dir's journal: each request a server answered since its last snapshot, appended
-before its answer goes out (``persistence`` replays it after the snapshot).
+before its answer goes out (``Recording``), and replayed after the snapshot on a restart
+(``Replay``).
 
 ``DIR/journal-NNNNNNNN.jsonl`` is JSON lines, plain data. The first line says what the file
 is: ``{"journal": FORMAT, "version": ...}``. Each next line is one entry: ``seq``, ``kind``
@@ -25,14 +26,24 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import copy
+import json
+import logging
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
+import httpx
+
+from ...engine.ids import IdGenerator
 from ..control import fastjson
+from .served import Engine, Served
+
+_log = logging.getLogger("pytest_qstash.server")
 
 #: The format of the lines this version writes (and the newest it reads).
 FORMAT = 1
@@ -276,3 +287,175 @@ def files_up_to(directory: Path, covered: int) -> list[Path]:
         if digits.isdigit() and int(digits) <= covered:
             files.append(path)
     return files
+
+
+# -- what is written for a request -----------------------------------------------------------
+def header_block(headers: httpx.Headers) -> bytes:
+    """A request's headers as an entry keeps them: ``Name: value`` lines, byte for byte."""
+    return b"\r\n".join(name + b": " + value for name, value in headers.raw)
+
+
+def parse_headers(block: bytes) -> list[tuple[bytes, bytes]]:
+    pairs = []
+    for line in block.split(b"\r\n") if block else ():
+        name, _, value = line.partition(b": ")
+        pairs.append((name, value))
+    return pairs
+
+
+#: What appends an entry: ``(kind, method, target, headers, body, at_ms, drawn)``.
+Append = Callable[[str, str, str, bytes, bytes, int, int], None]
+
+
+class Recording(contextlib.AbstractContextManager[None]):
+    """Around one request: where the id generator was before it, and its journal entry
+    written after it, before its answer goes out (also when the handler raised: what it
+    changed must be replayed, and its client got no answer either way)."""
+
+    __slots__ = ("_app", "_append", "_body", "_drawn", "_headers", "_kind", "_method", "_target")
+
+    def __init__(
+        self,
+        append: Append,
+        app: Served,
+        kind: str,
+        method: str,
+        target: str,
+        headers: bytes,
+        body: bytes,
+    ) -> None:
+        self._append, self._app, self._kind = append, app, kind
+        self._method, self._target, self._headers, self._body = method, target, headers, body
+        self._drawn = 0
+
+    def __enter__(self) -> None:
+        self._drawn = self._app.fake.store.ids.drawn
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._append(
+            self._kind,
+            self._method,
+            self._target,
+            self._headers,
+            self._body,
+            self._app.fake.clock.now_ms,
+            self._drawn,
+        )
+
+
+# -- replaying -------------------------------------------------------------------------------
+class Replay:
+    """Journals replayed through the server's own handlers on the same clock, so the ids an
+    answer gave come out the same. Deliveries are not journaled (they are made again): a
+    clock move replays as the clock's move alone."""
+
+    def __init__(self) -> None:
+        #: The highest entry number met.
+        self.seq = 0
+        #: Each id generator met, as it was first seen (where a rewind goes).
+        self._ids_base: dict[int, tuple[IdGenerator, IdGenerator]] = {}
+
+    def file(self, app: Served, path: Path) -> int:
+        """Replay one journal file into ``app``; how many entries it held."""
+        try:
+            found = read(path)
+        except JournalError as exc:
+            # Unreadable as a whole (what a crash does not do: it tears a last line at most).
+            _log.error("journal %s cannot be read (%s); its entries are lost", path, exc)
+            return 0
+        if found.torn:
+            _log.warning(
+                "%s: its last entry was cut short by a crash (its client had no answer); dropped",
+                path,
+            )
+        for entry in found.entries:
+            self.seq = max(self.seq, entry.seq)
+            try:
+                self.apply(app, entry)
+            except Exception as exc:
+                _log.error(
+                    "journal entry %d (%s %s) could not be replayed (%s: %s); skipped",
+                    entry.seq,
+                    entry.method,
+                    entry.target[:200],
+                    type(exc).__name__,
+                    exc,
+                )
+        if found.skipped:
+            _log.error(
+                "%s: %d entries that this server did not write were skipped", path, found.skipped
+            )
+        return len(found.entries)
+
+    def apply(self, app: Served, entry: Entry) -> None:
+        fake = app.fake
+        if entry.kind == "control" and entry.target in app.CLOCK_MOVES:
+            # Its deliveries are not replayed (they are made again): the clock moves to where
+            # it ended, and the ids they drew are skipped by the next entry's position.
+            _move_clock(fake, entry.at_ms)
+            return
+        self.move_ids(fake.store.ids, entry.drawn)
+        if entry.kind == "api":
+            _move_clock(fake, entry.at_ms)
+            request = httpx.Request(
+                entry.method,
+                entry.target,
+                headers=parse_headers(entry.headers),
+                content=entry.body,
+            )
+            with contextlib.suppress(httpx.TransportError):  # an injected network fault
+                fake.handle(request)
+            return
+        if entry.kind != "control":
+            raise ValueError(f"unknown kind of entry {entry.kind[:40]!r}")
+        body = entry.body
+        if entry.target == "reset":
+            # A reset picks its clock's start from the wall clock: replay it at the same one.
+            try:
+                fields = json.loads(body) if body.strip() else {}
+            except ValueError:
+                fields = None
+            if isinstance(fields, dict):
+                fields.setdefault("start", entry.at_ms / 1000)
+                body = json.dumps(fields).encode()
+        else:
+            _move_clock(fake, entry.at_ms)
+        request = httpx.Request(entry.method, f"http://replay/_qstash/{entry.target}", content=body)
+        # One its client was refused (a bad body, say) is refused again, changing nothing.
+        _run_now(app.answer(request, entry.target))
+
+    def move_ids(self, ids: IdGenerator, drawn: int) -> None:
+        """Put the id generator where it was before an entry was first handled: deliveries
+        (which are not replayed) draw ids between entries, and a replayed request that found
+        another state may have drawn a different number."""
+        seen = self._ids_base.get(id(ids))
+        if seen is None or seen[0] is not ids:
+            seen = self._ids_base[id(ids)] = (ids, copy.deepcopy(ids))
+        base = seen[1]
+        if drawn < ids.drawn:
+            if drawn < base.drawn:
+                _log.warning("the id generator cannot go back to %d: ids may differ", drawn)
+                return
+            ids.restore(base)
+        ids.skip(drawn - ids.drawn)
+
+
+def _move_clock(fake: Engine, at_ms: int) -> None:
+    if at_ms > fake.clock.now_ms:
+        fake.clock.move_to(at_ms)
+
+
+def _run_now(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """Run a control action that does not wait (every one but the clock's moves) to its end,
+    here and now: nothing else runs on the event loop meanwhile."""
+    try:
+        coroutine.send(None)
+    except StopIteration as stop:
+        return stop.value
+    coroutine.close()
+    raise RuntimeError("the control action waited for something: it cannot be replayed")

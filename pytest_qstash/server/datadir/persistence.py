@@ -6,7 +6,8 @@
 - ``DIR/journal-N.jsonl`` (``journal``) holds every QStash API request and control action
   answered since, a line each, appended before its answer goes out, with the clock's time
   and the id generator's position. A restart loads the snapshot and replays the journal
-  through the same handlers on the same clock, so the ids an answer gave come out the same.
+  (``journal.Replay``) through the same handlers on the same clock, so the ids an answer gave
+  come out the same.
 
 Deliveries are not journaled: those made after the last snapshot are made again after a
 crash (QStash is at-least-once). A clean stop writes a final snapshot and redelivers nothing.
@@ -25,42 +26,42 @@ migrated (``datadir_codec.MIGRATIONS``). A newer one is refused, naming both.
 
 The directory is private (0700 when created here; one other users may write to is refused),
 and so are its files (0600): they hold the token, the signing keys and every request's
-headers.
+headers (``lock``, which also holds it for one server). The settings a data dir keeps meet
+those a start gives in ``settings``; what the data dir needs of the server is ``served``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
-import dataclasses
 import functools
 import gc
 import importlib.metadata
-import json
 import logging
 import os
 import signal
-import stat
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 
-from ...delivery.mounts import merge_redirects
-from ...engine.account import Account
-from ...engine.clock import VirtualClock
 from ...engine.ids import IdGenerator
-from ...engine.store import Store
 from . import codec as codec
 from . import journal, snapshot
-from .journal import Entry, JournalError, JournalFile, NewerJournal
+from .errors import PersistenceError
+from .journal import Entry, JournalFile, NewerJournal
+from .lock import lock as _lock
+from .lock import private_dir as _private_dir
+from .lock import unlock as _unlock
+from .served import Engine, Served
+from .settings import kept, reconcile
 from .snapshot import Snapshot, SnapshotError
+
+__all__ = ["DataDir", "InMemory", "Persistence", "PersistenceError", "Restored"]
 
 _log = logging.getLogger("pytest_qstash.server")
 
@@ -75,66 +76,6 @@ FORK = hasattr(os, "fork")
 #: After a restart that replayed a journal, the first snapshot waits this many times as long
 #: as reading the data dir took: the first requests of the server's clients come first.
 RESTART_SNAPSHOT_WAIT = 5.0
-#: How long a starting server waits for a data dir another process (a snapshot child of a
-#: killed server finishing its write) still holds.
-LOCK_WAIT_S = 15.0
-
-#: The settings a data dir keeps (the rest is the operator's choice at each start; the
-#: outbound mounts are kept, and those given at a start join them).
-_SETTINGS = ("token", "current_signing_key", "next_signing_key", "clock", "start", "seed", "plan")
-
-
-class PersistenceError(Exception):
-    """A data dir that cannot be used: another version's, another server's, unreadable."""
-
-
-# -- what persistence needs of the server (it imports neither the app nor the fake) ----------
-class Settings(Protocol):
-    """The server's settings (a frozen dataclass)."""
-
-    @property
-    def token(self) -> str: ...
-    @property
-    def current_signing_key(self) -> str: ...
-    @property
-    def next_signing_key(self) -> str: ...
-    @property
-    def clock(self) -> str: ...
-    @property
-    def start(self) -> str | None: ...
-
-
-class Engine(Protocol):
-    """The fake a server serves."""
-
-    @property
-    def store(self) -> Store: ...
-    @property
-    def clock(self) -> VirtualClock: ...
-    @property
-    def account(self) -> Account: ...
-    def handle(self, request: httpx.Request) -> httpx.Response: ...
-    def saved_extras(self) -> dict[str, Any]: ...
-    def restore_extras(self, extras: Mapping[str, Any]) -> None: ...
-
-
-class Served(Protocol):
-    """The server app whose state is kept."""
-
-    @property
-    def CLOCK_MOVES(self) -> tuple[str, ...]:  # the app's class constant
-        """The control actions that move the clock (and deliver on the way)."""
-        ...
-
-    @property
-    def fake(self) -> Engine: ...
-    @property
-    def settings(self) -> Settings: ...
-    @property
-    def resets(self) -> int: ...
-    def answer(self, request: httpx.Request, action: str) -> Coroutine[Any, Any, httpx.Response]:
-        """A control action, answered without authentication or journaling."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -166,60 +107,6 @@ def _version() -> str:
         return importlib.metadata.version("pytest-qstash")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
-
-
-# -- the journal's entries -------------------------------------------------------------------
-def _header_block(headers: httpx.Headers) -> bytes:
-    return b"\r\n".join(name + b": " + value for name, value in headers.raw)
-
-
-def _parse_headers(block: bytes) -> list[tuple[bytes, bytes]]:
-    pairs = []
-    for line in block.split(b"\r\n") if block else ():
-        name, _, value = line.partition(b": ")
-        pairs.append((name, value))
-    return pairs
-
-
-class _Recording(contextlib.AbstractContextManager[None]):
-    """Around one request: where the id generator was before it, and its journal entry
-    written after it, before its answer goes out (also when the handler raised: what it
-    changed must be replayed, and its client got no answer either way)."""
-
-    __slots__ = ("_app", "_body", "_data_dir", "_drawn", "_headers", "_kind", "_method", "_target")
-
-    def __init__(
-        self,
-        data_dir: DataDir,
-        app: Served,
-        kind: str,
-        method: str,
-        target: str,
-        headers: bytes,
-        body: bytes,
-    ) -> None:
-        self._data_dir, self._app, self._kind = data_dir, app, kind
-        self._method, self._target, self._headers, self._body = method, target, headers, body
-        self._drawn = 0
-
-    def __enter__(self) -> None:
-        self._drawn = self._app.fake.store.ids.drawn
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._data_dir.append(
-            self._kind,
-            self._method,
-            self._target,
-            self._headers,
-            self._body,
-            self._app.fake.clock.now_ms,
-            self._drawn,
-        )
 
 
 # -- in memory -------------------------------------------------------------------------------
@@ -317,20 +204,19 @@ class DataDir(InMemory):
         self.error: str | None = None
         self._failures = 0
         self._retry_at = 0.0
-        #: Each id generator the replay met, as it was first seen (where a rewind goes).
-        self._ids_base: dict[int, tuple[IdGenerator, IdGenerator]] = {}
+        self._replayer = journal.Replay()
 
     # -- the hooks ----------------------------------------------------------------------------
     def api_call(
         self, app: Served, request: httpx.Request
     ) -> contextlib.AbstractContextManager[None]:
-        return _Recording(
-            self,
+        return journal.Recording(
+            self.append,
             app,
             "api",
             request.method,
             str(request.url),
-            _header_block(request.headers),
+            journal.header_block(request.headers),
             request.content,
         )
 
@@ -339,7 +225,9 @@ class DataDir(InMemory):
     ) -> contextlib.AbstractContextManager[None]:
         if request.method == "GET":
             return contextlib.nullcontext()  # reads change nothing
-        return _Recording(self, app, "control", request.method, action, b"", request.content)
+        return journal.Recording(
+            self.append, app, "control", request.method, action, b"", request.content
+        )
 
     def append(
         self,
@@ -388,7 +276,7 @@ class DataDir(InMemory):
         saved = self._snapshot
         if saved is None:
             return None
-        settings = self._settings(saved.settings, app.settings)
+        settings = reconcile(saved.settings, app.settings, self._explicit, self.path)
         fake = app.fake
         try:
             with _collector_paused():
@@ -411,42 +299,6 @@ class DataDir(InMemory):
         self._took = time.monotonic() - self._began  # reading and decoding it, all told
         return Restored(settings, saved.resets)
 
-    def _settings(self, stored: dict[str, Any], given: Any) -> Any:
-        where = f"--data-dir {self.path}"
-        fields = {f.name: f for f in dataclasses.fields(given)}
-        kept: dict[str, Any] = {}
-        for name in _SETTINGS:
-            value = stored.get(name)
-            if name in fields and (value is None or type(value) in (str, int)):
-                kept[name] = value
-        clock = kept.get("clock", given.clock)
-        if given.clock != clock:
-            raise PersistenceError(
-                f"{where} holds the state of a server on a {clock} clock: start it with "
-                f"--clock {clock}, or use another --data-dir for a {given.clock} clock"
-            )
-        if "start" in self._explicit and given.start != stored.get("start"):
-            raise PersistenceError(
-                f"--start sets where a new server's clock starts; {where} holds a server "
-                f"started with --start {stored.get('start') or '(none)'}, whose clock goes on "
-                "from where it stopped (leave --start out, give that one, or use another "
-                "--data-dir)"
-            )
-        for name in ("token", "current_signing_key", "next_signing_key"):
-            if name in self._explicit and getattr(given, name) != kept.get(name):
-                option = "--" + name.replace("_", "-")
-                raise PersistenceError(
-                    f"{where} holds a server with another {name.replace('_', ' ')} than the "
-                    f"one given ({option} or the environment): leave it out to keep the "
-                    "stored one, or use another --data-dir"
-                )
-        # How long one attempt may take, and the region deliveries are marked with, are the
-        # operator's choice at each start, not state; mounts given at this start join the
-        # stored ones.
-        if "mounts" in fields:
-            kept["mounts"] = merge_redirects(_redirects(stored.get("mounts")), given.mounts)
-        return dataclasses.replace(given, **kept)
-
     def started(self, app: Served) -> None:
         """On the server's event loop, before it serves: replay the journal, open a new
         journal, start the snapshots (the first one ``RESTART_SNAPSHOT_WAIT`` times as long
@@ -457,7 +309,8 @@ class DataDir(InMemory):
         with _collector_paused():
             for generation, path in sorted(journal.generations(self.path)):
                 if generation > covered:
-                    replayed += self._replay(app, path)
+                    replayed += self._replayer.file(app, path)
+        self._seq = max(self._seq, self._replayer.seq)
         # Journals the snapshot covers (a deletion a crash cut short) go now.
         self._retirement(covered)()
         self._replayed = replayed
@@ -482,88 +335,9 @@ class DataDir(InMemory):
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._snapshots(app))
 
-    def _replay(self, app: Served, path: Path) -> int:
-        try:
-            found = journal.read(path)
-        except JournalError as exc:
-            # Unreadable as a whole (what a crash does not do: it tears a last line at most).
-            _log.error("journal %s cannot be read (%s); its entries are lost", path, exc)
-            return 0
-        if found.torn:
-            _log.warning(
-                "%s: its last entry was cut short by a crash (its client had no answer); dropped",
-                path,
-            )
-        for entry in found.entries:
-            self._seq = max(self._seq, entry.seq)
-            try:
-                self._apply(app, entry)
-            except Exception as exc:
-                _log.error(
-                    "journal entry %d (%s %s) could not be replayed (%s: %s); skipped",
-                    entry.seq,
-                    entry.method,
-                    entry.target[:200],
-                    type(exc).__name__,
-                    exc,
-                )
-        if found.skipped:
-            _log.error(
-                "%s: %d entries that this server did not write were skipped", path, found.skipped
-            )
-        return len(found.entries)
-
-    def _apply(self, app: Served, entry: Entry) -> None:
-        fake = app.fake
-        if entry.kind == "control" and entry.target in app.CLOCK_MOVES:
-            # Its deliveries are not replayed (they are made again): the clock moves to where
-            # it ended, and the ids they drew are skipped by the next entry's position.
-            _move_clock(fake, entry.at_ms)
-            return
-        self._move_ids(fake.store.ids, entry.drawn)
-        if entry.kind == "api":
-            _move_clock(fake, entry.at_ms)
-            request = httpx.Request(
-                entry.method,
-                entry.target,
-                headers=_parse_headers(entry.headers),
-                content=entry.body,
-            )
-            with contextlib.suppress(httpx.TransportError):  # an injected network fault
-                fake.handle(request)
-            return
-        if entry.kind != "control":
-            raise ValueError(f"unknown kind of entry {entry.kind[:40]!r}")
-        body = entry.body
-        if entry.target == "reset":
-            # A reset picks its clock's start from the wall clock: replay it at the same one.
-            try:
-                fields = json.loads(body) if body.strip() else {}
-            except ValueError:
-                fields = None
-            if isinstance(fields, dict):
-                fields.setdefault("start", entry.at_ms / 1000)
-                body = json.dumps(fields).encode()
-        else:
-            _move_clock(fake, entry.at_ms)
-        request = httpx.Request(entry.method, f"http://replay/_qstash/{entry.target}", content=body)
-        # One its client was refused (a bad body, say) is refused again, changing nothing.
-        _run_now(app.answer(request, entry.target))
-
     def _move_ids(self, ids: IdGenerator, drawn: int) -> None:
-        """Put the id generator where it was before an entry was first handled: deliveries
-        (which are not replayed) draw ids between entries, and a replayed request that found
-        another state may have drawn a different number."""
-        seen = self._ids_base.get(id(ids))
-        if seen is None or seen[0] is not ids:
-            seen = self._ids_base[id(ids)] = (ids, copy.deepcopy(ids))
-        base = seen[1]
-        if drawn < ids.drawn:
-            if drawn < base.drawn:
-                _log.warning("the id generator cannot go back to %d: ids may differ", drawn)
-                return
-            ids.restore(base)
-        ids.skip(drawn - ids.drawn)
+        """Where the replay puts the id generator before an entry (``journal.Replay``)."""
+        self._replayer.move_ids(ids, drawn)
 
     # -- snapshots ------------------------------------------------------------------------------
     def _mark(self, app: Served) -> tuple[int, ...]:
@@ -622,11 +396,8 @@ class DataDir(InMemory):
         fake = app.fake
         roots = {**_roots(fake), "extras": fake.saved_extras()}
         values, rows = codec.encode(roots)
-        settings = app.settings
-        kept = {name: getattr(settings, name, None) for name in _SETTINGS}
-        kept["mounts"] = [list(pair) for pair in getattr(settings, "mounts", ())]
         meta = {
-            "settings": kept,
+            "settings": kept(app.settings),
             "resets": app.resets,
         }
         return {"roots": values, "meta": meta}, rows
@@ -770,35 +541,8 @@ class DataDir(InMemory):
         return f"state kept in {self.path} (restored: {restored})"
 
 
-def _redirects(value: Any) -> tuple[tuple[str, str], ...]:
-    """Stored outbound mounts: [prefix, target] pairs of text (anything else: none)."""
-    if not isinstance(value, list):
-        return ()
-    return tuple(
-        (pair[0], pair[1])
-        for pair in value
-        if isinstance(pair, list) and len(pair) == 2 and all(type(p) is str for p in pair)
-    )
-
-
 def _count(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
-
-
-def _move_clock(fake: Engine, at_ms: int) -> None:
-    if at_ms > fake.clock.now_ms:
-        fake.clock.move_to(at_ms)
-
-
-def _run_now(coroutine: Coroutine[Any, Any, Any]) -> Any:
-    """Run a control action that does not wait (every one but the clock's moves) to its end,
-    here and now: nothing else runs on the event loop meanwhile."""
-    try:
-        coroutine.send(None)
-    except StopIteration as stop:
-        return stop.value
-    coroutine.close()
-    raise RuntimeError("the control action waited for something: it cannot be replayed")
 
 
 @contextlib.contextmanager
@@ -825,52 +569,3 @@ def _become_snapshot_child() -> None:
         signal.set_wakeup_fd(-1)
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, signal.SIG_DFL)
-
-
-# -- the directory and its files ---------------------------------------------------------------
-def _private_dir(path: Path) -> None:
-    """Create the directory 0700; refuse one other users may write to (they could put a
-    state there for this server to load, or swap its files)."""
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        mode = path.stat().st_mode
-    except OSError as exc:
-        raise PersistenceError(f"cannot use --data-dir {path}: {exc}") from None
-    if os.name == "posix" and mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise PersistenceError(
-            f"--data-dir {path} can be written by other users (mode {stat.S_IMODE(mode):o}): "
-            f"it holds the token and signing keys, and what it holds is loaded. Make it "
-            f"private (chmod 700 {path}), or use another --data-dir"
-        )
-
-
-def _lock(path: Path) -> Any:
-    """Hold the data dir for this server. A killed server's snapshot child holds it until
-    its write is done (the lock is shared through fork): a restart waits for it."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: no fork either, so no child to wait for
-        return None
-    lock = path / "lock"
-    try:
-        snapshot.create_private_file(lock)
-    except OSError as exc:
-        raise PersistenceError(f"cannot use --data-dir {path}: {exc}") from None
-    handle = open(lock, "a+")  # noqa: SIM115  # held for the server's lifetime
-    deadline = time.monotonic() + LOCK_WAIT_S
-    while True:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return handle
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                handle.close()
-                raise PersistenceError(
-                    f"--data-dir {path} is in use by another pytest-qstash serve"
-                ) from None
-            time.sleep(0.05)
-
-
-def _unlock(handle: Any) -> None:
-    if handle is not None:
-        handle.close()

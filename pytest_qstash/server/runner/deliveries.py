@@ -41,7 +41,7 @@ from typing import Any
 import httpx
 
 from ...delivery.dispatcher import DeliveryLoop, Dispatcher, Job
-from ...delivery.transports import Outcome, Unrouted
+from ...delivery.outcome import Outcome, Unrouted
 from ...engine.attempts import timeout_error
 from ...engine.models import Delivery
 from ...testing.fake import FakeQStash
