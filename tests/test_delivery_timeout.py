@@ -64,6 +64,19 @@ def make_worker_app() -> FastAPI:
     return app
 
 
+def _asleep(loop: asyncio.AbstractEventLoop, ident: int) -> bool:
+    """The loop's thread is in its selector with nothing ready and no timer: it waits for a
+    wake-up, however long (a select with a timeout, or with callbacks left to run, would come
+    back by itself and run whatever a foreign thread appended meanwhile)."""
+    frame = sys._current_frames().get(ident)
+    code = frame.f_code if frame is not None else None
+    in_select = code is not None and code.co_name in ("select", "poll")
+    if not (in_select and code is not None and code.co_filename.endswith("selectors.py")):
+        return False
+    # asyncio's own queues, read (never changed) to know the select blocks for good.
+    return not loop._ready and not loop._scheduled  # type: ignore[attr-defined]
+
+
 @contextmanager
 def run_to_its_wait(app_client: TestClient) -> Iterator[None]:
     """Within: the TestClient's loop has run what was ready on it (its lifespan worker, up to
@@ -72,20 +85,17 @@ def run_to_its_wait(app_client: TestClient) -> Iterator[None]:
     A call through the client's portal runs after the callbacks queued before it; the loop may
     still be finishing that call's own bookkeeping when the call returns, and a callback put on
     its ready queue then (as a put from another loop does) would run without a wake-up, so the
-    test also waits, bounded, until the loop's thread is inside ``select``. The cyclic
+    test also waits, bounded, until the loop's thread is inside ``select`` with nothing ready
+    and no timer. The cyclic
     collector is paused within: an async generator of that loop collected in the test's thread
     has its ``aclose`` sent to the loop with a wake-up, which would run the worker."""
     gc.collect()
     gc.disable()
     try:
         ident = app_client.portal.call(threading.get_ident)
+        loop = app_client.portal.call(asyncio.get_running_loop)
         deadline = time.monotonic() + 10
-        while True:
-            frame = sys._current_frames().get(ident)
-            code = frame.f_code if frame is not None else None
-            in_select = code is not None and code.co_name in ("select", "poll")
-            if in_select and code is not None and code.co_filename.endswith("selectors.py"):
-                break
+        while not _asleep(loop, ident):
             assert time.monotonic() < deadline, "the TestClient's loop never went to its wait"
             time.sleep(0.001)  # polls an observable state, bounded by the deadline
         yield
