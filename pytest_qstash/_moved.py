@@ -72,6 +72,7 @@ class _Alias:
 
     def __init__(self, new: str) -> None:
         self.new = new
+        self.spec: ModuleSpec | None = None
 
     def create_module(self, spec: ModuleSpec) -> ModuleType:
         import warnings
@@ -82,10 +83,15 @@ class _Alias:
             DeprecationWarning,
             stacklevel=2,
         )
-        return importlib.import_module(self.new)
+        module = importlib.import_module(self.new)
+        self.spec = module.__spec__
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        """The module is the one at its new place, already run."""
+        """The module is the one at its new place, already run. The import system has just
+        given it the old name's spec: it gets its own back, or its relative imports would
+        resolve against the old package (and warn that ``__package__`` is not its parent)."""
+        module.__spec__ = self.spec
 
 
 class _MovedFinder:

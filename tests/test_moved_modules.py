@@ -55,3 +55,14 @@ def test_names_that_never_moved_are_left_to_the_ordinary_finders() -> None:
     assert _moved.new_place("pytest_qstash.plugin") is None
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("pytest_qstash.no_such_module")
+
+
+def test_the_module_keeps_its_own_spec_after_an_old_path_import() -> None:
+    sys.modules.pop("pytest_qstash.query", None)
+    with pytest.warns(DeprecationWarning, match="pytest_qstash.query moved"):
+        importlib.import_module("pytest_qstash.query")
+    from pytest_qstash.testing import query
+
+    assert query.__spec__ is not None
+    assert query.__spec__.name == "pytest_qstash.testing.query"
+    assert query.__spec__.parent == query.__package__
