@@ -202,10 +202,11 @@ def _record_rejection(
 
 def _authenticate(store: Store, request: httpx.Request) -> None:
     auth = request.headers.get("authorization")
-    token = request.url.params.get("qstash_token")
-    if auth is None and token is None:
-        raise ApiError(401, "authorization header is missing")
-    if auth is not None:
+    if auth is None:  # the query's token, read only without the header (it costs a parse)
+        token = request.url.params.get("qstash_token")
+        if token is None:
+            raise ApiError(401, "authorization header is missing")
+    else:
         scheme, _, token = auth.partition(" ")
         if scheme.lower() != "bearer":
             raise ApiError(401, "authorization header must be 'Bearer <QSTASH_TOKEN>'")
