@@ -3,12 +3,21 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pytest_qstash.server import NodeApp, NodeUnavailable, ServerProcess, install_node_packages
 
 APP_DIR = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def qstash_server_options() -> dict[str, Any]:
+    # The reminder example's options: `pytest examples` runs both examples in one session, and
+    # the session's one server starts with the options of the first test that asks for it,
+    # whichever example's that is (in random order, either).
+    return {"start": "2027-01-04T09:00:00Z"}
 
 
 @pytest.fixture(scope="session")
