@@ -13,6 +13,8 @@ request with it.
 from __future__ import annotations
 
 import os
+import sys
+import types
 import warnings
 from collections.abc import Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -35,6 +37,7 @@ _REPORTED_KEY = pytest.StashKey[bool]()
 _CALL_FAILED_KEY = pytest.StashKey[bool]()
 _ROUTERS_KEY = pytest.StashKey[SessionRouters]()
 _INI_SETTINGS_KEY = pytest.StashKey[dict[str, Any]]()
+_APPS_OVERRIDDEN_KEY = pytest.StashKey[bool]()
 
 #: Marker keywords: each is the FakeQStash keyword argument of the same name (but
 #: strict_teardown, which the fixture itself checks).
@@ -169,7 +172,11 @@ def _header_parts(config: pytest.Config) -> list[str]:
     return parts
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    owners = _fixture_owners(config, items)
+    config.stash[_APPS_OVERRIDDEN_KEY] = any(_defines(o, "qstash_apps") for o in owners)
+    # A test asking for ``qstash`` has the fake already, where that name is ours.
+    ours = () if any(_defines(o, "qstash") for o in owners) else ("qstash",)
     # As time-machine's marker does: a marked test gets the fake, and the fake starts before
     # the test's other function fixtures (an app fixture calling QStash is answered).
     for item in items:
@@ -177,8 +184,59 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             isinstance(item, pytest.Function)
             and item.get_closest_marker("qstash") is not None
             and "qstash_fake" not in item.fixturenames
+            and not any(name in item.fixturenames for name in ours)
         ):
             item.fixturenames.insert(0, "qstash_fake")
+
+
+def _fixture_owners(config: pytest.Config, items: list[pytest.Item]) -> list[object]:
+    """Where this run's fixtures may be defined, besides this plugin: the other plugins and
+    conftests, and the collected tests' modules and classes."""
+    owners: list[object] = [p for p in config.pluginmanager.get_plugins() if p is not _THIS]
+    seen: set[int] = set()
+    for item in items:
+        for owner in (getattr(item, "module", None), getattr(item, "cls", None)):
+            if owner is not None and id(owner) not in seen:
+                seen.add(id(owner))
+                owners.append(owner)
+    return owners
+
+
+def _defines(owner: object, fixture: str) -> bool:
+    """Whether ``owner`` (a module, class or plugin object) defines a fixture of that name,
+    or may: erring on yes costs a fixture lookup per test, never a wrong answer."""
+    scopes = type.mro(owner) if isinstance(owner, type) else [owner]
+    for scope in scopes:
+        try:
+            names = vars(scope)
+        except TypeError:
+            continue
+        if fixture in names:
+            return True
+        if any(_fixture_name(value) == fixture for value in list(names.values())):
+            return True
+    return False
+
+
+def _fixture_name(value: object) -> object:
+    """The name a fixture definition registers (``@pytest.fixture(name=...)`` on a function
+    named otherwise): pytest 8.4+ keeps it on its definition object, earlier versions on the
+    marker attached to the function. Only those two kinds are asked: a module's other values
+    may be lazy proxies (Django's settings, Flask's ``request``) that raise when read."""
+    if isinstance(value, types.FunctionType):
+        value = value.__dict__.get("_pytestfixturefunction")
+    elif type(value).__name__ != "FixtureFunctionDefinition":
+        return None
+    return getattr(value, "name", None) if value is not None else None
+
+
+def _apps(request: pytest.FixtureRequest) -> Any:
+    """The ``qstash_apps`` fixture's value. Asked of pytest only where some module or plugin
+    of the run may define its own (before collection ends, always): else it is the default,
+    an empty dict, and each test has a fixture less to set up."""
+    if request.config.stash.get(_APPS_OVERRIDDEN_KEY, True):
+        return request.getfixturevalue("qstash_apps")
+    return {}
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -301,16 +359,20 @@ def qstash_apps() -> dict[str, Any]:
     return {}
 
 
-@pytest.fixture
-def qstash_fake(
-    request: pytest.FixtureRequest, qstash_apps: dict[str, Any]
-) -> Iterator[FakeQStash]:
-    """The fake QStash (also available as ``qstash``, for suites that own that name)."""
+def _the_fake(request: pytest.FixtureRequest) -> Iterator[FakeQStash]:
+    """The test's fake, for both fixture names: the first of them to set up builds and
+    starts it, and stops it at its teardown; the other hands out the same object. Each name
+    is a fixture of its own (not one an alias of the other) so that a test pays for one
+    fixture, and a suite that owns one of the names still gets the fake from the other."""
+    existing = request.node.stash.get(_FAKE_KEY, None)
+    if existing is not None:
+        yield existing
+        return
     # The engine loads here, with the first test that uses it.
     from .testing.fake import FakeQStash
     from .testing.step_failures import StepFailureLog
 
-    apps: Any = qstash_apps or {}
+    apps: Any = _apps(request) or {}
     if not isinstance(apps, Mapping):
         pytest.fail(
             f"the qstash_apps fixture must return a dict {{base_url: app}}, not {apps!r}",
@@ -332,23 +394,30 @@ def qstash_fake(
         pytest.fail(f"bad qstash setting: {problem}", pytrace=False)
     for base_url, app in apps.items():
         fake.mount(base_url, app)
-    request.node.stash[_FAKE_KEY] = fake
-    request.node.stash[_REPORTED_KEY] = False  # a rerun of the test reports afresh
-    request.node.stash[_CALL_FAILED_KEY] = False
-    steps = request.node.stash[_STEPS_KEY] = StepFailureLog()
+    stash = request.node.stash
+    stash[_FAKE_KEY] = fake  # until the test's teardown report (``pytest_runtest_makereport``)
+    stash[_REPORTED_KEY] = False  # a rerun of the test reports afresh
+    stash[_CALL_FAILED_KEY] = False
+    steps = stash[_STEPS_KEY] = StepFailureLog()
     with fake, steps.listening():
         yield fake
     # A test that failed already has its report: leftovers would only add noise.
-    if strict_teardown and not request.node.stash.get(_CALL_FAILED_KEY, False):
+    if strict_teardown and not stash.get(_CALL_FAILED_KEY, False):
         problem = _strict_teardown_problem(fake)
         if problem is not None:
             pytest.fail(problem, pytrace=False)
 
 
 @pytest.fixture
-def qstash(qstash_fake: FakeQStash) -> FakeQStash:
+def qstash(request: pytest.FixtureRequest) -> Iterator[FakeQStash]:
     """A fresh in-process QStash for this test: see ``pytest_qstash.FakeQStash``."""
-    return qstash_fake
+    yield from _the_fake(request)
+
+
+@pytest.fixture
+def qstash_fake(request: pytest.FixtureRequest) -> Iterator[FakeQStash]:
+    """The fake QStash (the same object as ``qstash``, for suites that own that name)."""
+    yield from _the_fake(request)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -377,3 +446,6 @@ def pytest_runtest_makereport(
     if text is not None:
         item.stash[_REPORTED_KEY] = True
         report.sections.append(("qstash", text))
+
+
+_THIS = sys.modules[__name__]

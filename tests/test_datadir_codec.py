@@ -175,6 +175,7 @@ def test_only_allow_listed_classes_are_built(
 
     # Objects are made by setting fields: no constructor of the engine's runs.
     fresh = _fresh()
+    assert fresh.store.messages == {}  # the fresh fake's own engine, built before the patch
     monkeypatch.setattr(Store, "__init__", refuse)
     assert _records(_restored(json.loads(json.dumps(document)), fresh)) == _records(qstash)
     monkeypatch.undo()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from inner_pytest import run_inner
 
+from pytest_qstash import FakeQStash
+
 ENV_NAMES = ("QSTASH_TOKEN", "QSTASH_CURRENT_SIGNING_KEY", "QSTASH_NEXT_SIGNING_KEY")
 
 # A tiny app for the inner suites: answers 500 on /fail, 200 elsewhere.
@@ -360,6 +362,105 @@ def test_qstash_and_qstash_fake_are_one_object(pytester: pytest.Pytester) -> Non
     )
 
     run(pytester).assert_outcomes(passed=3)
+
+
+def test_qstash_apps_overridden_in_a_module_a_class_or_under_another_name(
+    pytester: pytest.Pytester,
+) -> None:
+    # The fake asks pytest for qstash_apps only where some module, class or plugin of the run
+    # defines one: each place a suite can, and pytest's name= spelling, must be seen.
+    pytester.makeconftest(APP_CONFTEST)
+    pytester.makepyfile(
+        test_module_level="""
+        import pytest
+        from conftest import endpoint
+
+
+        @pytest.fixture(name="qstash_apps")
+        def apps_of_this_module():
+            return {"https://module.test": endpoint}
+
+
+        def test_module_override(qstash):
+            assert qstash.mounts.base_urls == ["https://module.test"]
+        """,
+        test_class_level="""
+        import pytest
+        from conftest import endpoint
+
+
+        class Base:
+            @pytest.fixture
+            def qstash_apps(self):
+                return {"https://class.test": endpoint}
+
+
+        class TestInherited(Base):
+            def test_class_override(self, qstash_fake):
+                assert qstash_fake.mounts.base_urls == ["https://class.test"]
+
+
+        def test_outside_the_class(qstash):
+            assert qstash.mounts.base_urls == []
+        """,
+    )
+
+    run(pytester).assert_outcomes(passed=3)
+
+
+def test_a_marked_test_of_a_suite_owning_qstash_still_gets_the_fake_first(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeconftest(
+        """
+        import pytest
+        from pytest_qstash import FakeQStash
+
+        STARTED = []
+
+
+        @pytest.fixture
+        def qstash():
+            return "the suite's own"
+
+
+        @pytest.fixture
+        def app():
+            STARTED.append(FakeQStash is not None)
+            return "app"
+        """
+    )
+    pytester.makepyfile(
+        """
+        import pytest
+
+
+        @pytest.mark.qstash(start="2026-01-01T00:00:00Z")
+        def test_marked(app, qstash, request):
+            assert qstash == "the suite's own"
+            assert request.fixturenames[0] == "qstash_fake"
+            fake = request.getfixturevalue("qstash_fake")
+            assert fake.active and fake.now.year == 2026
+        """
+    )
+
+    run(pytester).assert_outcomes(passed=1)
+
+
+def test_a_fake_nobody_calls_builds_no_engine_and_still_answers_every_question(
+    qstash: FakeQStash,
+) -> None:
+    # Built on first use: a test that never reaches QStash pays for none of it, and one that
+    # only reads sees an empty, working fake.
+    assert qstash.active
+    assert "store" not in vars(qstash)
+    assert qstash.messages == []
+    assert qstash.deliveries == []
+    assert qstash.dlq == []
+    assert qstash.tick() == []
+    assert qstash.token
+    assert qstash.retention is False
+    assert qstash.delivery_timeout == 30
 
 
 # -- the failure report ------------------------------------------------------------------------

@@ -13,7 +13,8 @@ module keeps the state, a message's creation and its attempts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import weakref
+from collections.abc import Callable, Iterable
 from itertools import islice
 
 import httpx
@@ -49,7 +50,7 @@ from .store_resources import ResourceVerbs
 from .store_runs import RunVerbs
 from .url_groups import UnknownDestination, UrlGroup
 from .waiters import Waiters
-from .workflows import WorkflowRuns
+from .workflows import WorkflowRun, WorkflowRuns
 
 __all__ = [
     "DEFAULT_DEDUP_WINDOW_MS",
@@ -92,7 +93,7 @@ class Store(RunVerbs, ResourceVerbs, PlanChecks, Admission):
         #: message keeps its slot until they are done, as on QStash.
         self._callbacks_pending: dict[str, set[str]] = {}
         self.workflows = WorkflowRuns()
-        self.workflows.on_end = self._run_ended
+        self.workflows.on_end = _weakly(self._run_ended)
         #: Workflow runs waiting for an event (``context.waitForEvent``, webhooks).
         self.waiters = Waiters()
         #: API calls answered with an error (the newest kept), for the failure report.
@@ -579,3 +580,17 @@ class Store(RunVerbs, ResourceVerbs, PlanChecks, Admission):
         if message.workflow_run_id is not None:
             self.workflows.message_failed(message, entry, self.clock.now_ms)
         return entry
+
+
+def _weakly(method: Callable[[WorkflowRun], None]) -> Callable[[WorkflowRun], None]:
+    """``method`` of the Store, held weakly by a table the Store owns: no reference cycle, so
+    a store no one holds is freed at once (a suite's many fakes would keep the cycle
+    collector busy)."""
+    held = weakref.WeakMethod(method)
+
+    def call(run: WorkflowRun) -> None:
+        bound = held()
+        if bound is not None:
+            bound(run)
+
+    return call

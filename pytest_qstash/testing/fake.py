@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,7 @@ from ..engine.clock import VirtualClock
 from ..engine.dedup import DEFAULT_DEDUP_WINDOW_MS
 from ..engine.durations import Duration, parse_duration_ms
 from ..engine.ids import IdGenerator
-from ..engine.plans import DEFAULT_PLAN, plan_named
+from ..engine.plans import DEFAULT_PLAN, Plan, plan_named
 from ..engine.retry import DEFAULT_RETRIES
 from ..engine.scheduler import Scheduler
 from ..engine.store import Store
@@ -126,48 +127,77 @@ class FakeQStash(ClockMoves, Inspection, PythonVerbs):
         self._freeze_time = freeze_time
         self._raise_app_exceptions = raise_app_exceptions
         self._strict = strict
+        self._retention = retention
+        self._delivery_timeout_s = timeout_ms / 1000
         self.clock = VirtualClock(start_ms(start))
-        self.account = Account(token, current_signing_key, next_signing_key)
-        self.store = Store(
-            self.clock,
-            IdGenerator(seed),
-            self.account,
-            default_retries=default_retries,
-            dedup_window_ms=parse_duration_ms(dedup_window, what="dedup_window"),
-            plan=plan_named(plan),
-            retention=retention,
-        )
-        self.mounts = MountTable()
-        self._handler_times = HandlerTimes()
-        # The closure below holds the account, not the fake: a fake no one holds any more is
-        # freed at once rather than left to the cycle collector.
-        account = self.account
         # QStash's own hosts and QSTASH_URL's are always intercepted (``hosts`` decides).
         self._base_urls = list(base_urls or [])
         hosts.declare(hosts.parse_bases(self._base_urls))  # the network guard stops them, too
         self._router: QStashRouter | None = None
-        self._sender = Sender(self.mounts, timeout_ms / 1000)
         self._app_clock: AppClock = make_app_clock(time_library) if freeze_time else NoAppClock()
+        self._active = False
+        # Every setting is checked above; the engine is built from them on first use (see
+        # ``__getattr__``): a test that never reaches QStash pays for none of it.
+        self._unbuilt: _EngineSettings | None = _EngineSettings(
+            seed=seed,
+            token=token,
+            current_signing_key=current_signing_key,
+            next_signing_key=next_signing_key,
+            default_retries=default_retries,
+            dedup_window_ms=parse_duration_ms(dedup_window, what="dedup_window"),
+            plan=plan_named(plan),
+            max_deliveries_per_instant=max_deliveries_per_instant,
+            max_deliveries_per_call=max_deliveries_per_call,
+        )
+
+    # -- the engine, built on first use -------------------------------------------------------
+    account: Account
+    store: Store
+    mounts: MountTable
+    _handler_times: HandlerTimes
+    _sender: Sender
+    _scheduler: Scheduler
+    _dispatcher: Dispatcher
+    _gateway: ApiGateway
+
+    def _build_engine(self, wanted: _EngineSettings) -> None:
+        self._unbuilt = None
+        self.account = Account(wanted.token, wanted.current_signing_key, wanted.next_signing_key)
+        self.store = Store(
+            self.clock,
+            IdGenerator(wanted.seed),
+            self.account,
+            default_retries=wanted.default_retries,
+            dedup_window_ms=wanted.dedup_window_ms,
+            plan=wanted.plan,
+            retention=self._retention,
+        )
+        self.mounts = MountTable()
+        self._handler_times = HandlerTimes()
+        self._sender = Sender(self.mounts, self._delivery_timeout_s)
         self._scheduler = Scheduler(self.store)
+        # The closure below holds the account, not the fake: a fake no one holds any more is
+        # freed at once rather than left to the cycle collector.
+        account = self.account
         self._dispatcher = Dispatcher(
             self.store,
             self.mounts,
             self._sender,
             DispatchSettings(
                 signing_key=lambda: account.current_signing_key,
-                raise_app_exceptions=raise_app_exceptions,
-                strict_routing=strict,
-                max_same_instant=max_deliveries_per_instant,
-                max_per_call=max_deliveries_per_call,
+                raise_app_exceptions=self._raise_app_exceptions,
+                strict_routing=self._strict,
+                max_same_instant=wanted.max_deliveries_per_instant,
+                max_per_call=wanted.max_deliveries_per_call,
                 region=self._region.header if self._region is not None else None,
             ),
             on_time=self._app_clock.move_to,
             handler_times=self._handler_times,
             scheduler=self._scheduler,
         )
-        self.async_runner = self._dispatcher  # see ``ClockMoves.async_runner``
+        if "async_runner" not in self.__dict__:  # a server's runner may have set its own
+            self.async_runner = self._dispatcher  # see ``ClockMoves.async_runner``
         self._gateway = ApiGateway(self.store, self._dispatcher, self.clock)
-        self._active = False
 
     # -- settings, as given (read-only: they shape the fake when it is built) ---------------
     # Setting one is refused (``SettingError``): each is read once, where the fake is built.
@@ -198,7 +228,7 @@ class FakeQStash(ClockMoves, Inspection, PythonVerbs):
     @property
     def retention(self) -> bool:
         """Whether the plan's retention forgets old records (see the ``retention`` option)."""
-        return self.store.retention is not None
+        return self._retention
 
     @retention.setter
     def retention(self, value: object) -> None:
@@ -207,7 +237,7 @@ class FakeQStash(ClockMoves, Inspection, PythonVerbs):
     @property
     def delivery_timeout(self) -> float:
         """The bound on one delivery, in real seconds."""
-        return self._sender.delivery_timeout_s
+        return self._delivery_timeout_s
 
     @delivery_timeout.setter
     def delivery_timeout(self, value: object) -> None:
@@ -258,11 +288,12 @@ class FakeQStash(ClockMoves, Inspection, PythonVerbs):
             httpx2_support.attach(self.router)  # httpx2 clients too, when installed
             sslcache.acquire()  # default httpx clients share one TLS context meanwhile
             self._active = True
-            try:
-                self._sender.start_lifespans()
-            except BaseException:
-                self.stop()  # a failed startup must not leave interception behind
-                raise
+            if self._unbuilt is None:  # an unbuilt engine has no apps mounted
+                try:
+                    self._sender.start_lifespans()
+                except BaseException:
+                    self.stop()  # a failed startup must not leave interception behind
+                    raise
         return self
 
     def stop(self) -> None:
@@ -281,7 +312,8 @@ class FakeQStash(ClockMoves, Inspection, PythonVerbs):
             finally:
                 sslcache.release()
                 self._app_clock.stop()
-                self._sender.close()
+                if self._unbuilt is None:
+                    self._sender.close()
 
     def __enter__(self) -> FakeQStash:
         return self.start()
@@ -398,7 +430,12 @@ class FakeQStash(ClockMoves, Inspection, PythonVerbs):
     if not TYPE_CHECKING:  # type checkers keep flagging unknown attributes themselves
 
         def __getattr__(self, name: str) -> Any:
-            # Only called for a name that is not there: say why, when we can tell.
+            # Only called for a name that is not there: a part of the engine not built yet,
+            # or a mistake (said why, when we can tell).
+            unbuilt = self.__dict__.get("_unbuilt")
+            if unbuilt is not None and name in _ENGINE_PARTS:
+                self._build_engine(unbuilt)
+                return getattr(self, name)
             raise AttributeError(_missing_attribute(self, name))
 
     def __repr__(self) -> str:
@@ -409,6 +446,36 @@ class FakeQStash(ClockMoves, Inspection, PythonVerbs):
             f"dlq={len(self.store.dlq)}>"
         )
 
+
+@dataclass(frozen=True, slots=True)
+class _EngineSettings:
+    """What building the engine takes, checked when the fake was built."""
+
+    seed: int | str
+    token: str | None
+    current_signing_key: str | None
+    next_signing_key: str | None
+    default_retries: int
+    dedup_window_ms: int
+    plan: Plan
+    max_deliveries_per_instant: int
+    max_deliveries_per_call: int
+
+
+#: The attributes ``_build_engine`` sets.
+_ENGINE_PARTS = frozenset(
+    {
+        "account",
+        "store",
+        "mounts",
+        "async_runner",
+        "_handler_times",
+        "_sender",
+        "_scheduler",
+        "_dispatcher",
+        "_gateway",
+    }
+)
 
 #: Public names of the ``qstash`` SDK module, should it not be importable here.
 _SDK_NAMES = frozenset({"QStash", "AsyncQStash", "Receiver", "errors"})

@@ -32,11 +32,34 @@ class FailedStep:
     type: str
 
 
-class StepFailureLog(logging.Handler):
+class StepFailureLog:
+    """The steps that failed in one test's runs, by run id (the newest failure of each)."""
+
     def __init__(self) -> None:
-        super().__init__(level=logging.ERROR)
         #: run id -> the step that failed last in that run.
         self.by_run: dict[str, FailedStep] = {}
+
+    @contextmanager
+    def listening(self) -> Iterator[StepFailureLog]:
+        """Keep the failures the SDK logs meanwhile (into the newest log listening)."""
+        _HANDLER.logs.append(self)
+        if len(_HANDLER.logs) == 1:
+            logging.getLogger(_SDK_LOGGER).addHandler(_HANDLER)
+        try:
+            yield self
+        finally:
+            _HANDLER.logs.remove(self)
+            if not _HANDLER.logs:
+                logging.getLogger(_SDK_LOGGER).removeHandler(_HANDLER)
+
+
+class _SdkLogHandler(logging.Handler):
+    """One handler for the process, on the SDK's logger while some log listens (building a
+    ``logging.Handler`` per test cost more than the rest of a fixture's bookkeeping)."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.ERROR)
+        self.logs: list[StepFailureLog] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -44,17 +67,11 @@ class StepFailureLog(logging.Handler):
             found = _failed_step(error.__traceback__) if error is not None else None
         except Exception:  # a report aid must never break the app's logging
             return
-        if found is not None:
-            self.by_run[found.run_id] = found
+        if found is not None and self.logs:
+            self.logs[-1].by_run[found.run_id] = found
 
-    @contextmanager
-    def listening(self) -> Iterator[StepFailureLog]:
-        logger = logging.getLogger(_SDK_LOGGER)
-        logger.addHandler(self)
-        try:
-            yield self
-        finally:
-            logger.removeHandler(self)
+
+_HANDLER = _SdkLogHandler()
 
 
 def _failed_step(tb: TracebackType | None) -> FailedStep | None:
