@@ -7,8 +7,8 @@ One pytest session runs bare tests, tests using ``qstash`` and tests using ``htt
 interleaved. Hooks inside that session time each test's set-up and tear-down (CPU time of the
 test's thread, which a loaded machine does not inflate as it does wall time); a bare test's
 set-up and tear-down are taken off both. The figure is the ratio of the medians: the
-``qstash`` fixture's own cost over ``httpx_mock``'s. Goal: at most 1x; judged: at most 3x,
-where it stands now.
+``qstash`` fixture's own cost over ``httpx_mock``'s. Goal: at most 1x; judged: at most 2.75x
+(it stands at 2.15-2.45x on a quiet two-core machine).
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from typing import Any, Protocol
 #: test's taken off both).
 GOAL = 1.0
 #: What is judged until the goal is met: no worse than the fixture measured 2026-12-07
-#: (2.65x on a 2-core machine; 2.9x before its router was reused across tests).
-CEILING = 3.0
+#: (2.15-2.45x on a 2-core machine; 3.9x at the session's start, 2.9x before its router was
+#: reused across tests), with room for a full run's noise.
+CEILING = 2.75
 
 _CONFTEST = """
 import json, os, time

@@ -16,6 +16,7 @@ from ci_requirements import BY_DESIGN
 from inner_pytest import run_inner
 
 from pytest_qstash import FakeQStash
+from pytest_qstash.intercept import httpx2_support
 from pytest_qstash.intercept.httpx2_support import HTTPX2_INSTALLED
 
 if sys.version_info < (3, 11):
@@ -78,14 +79,32 @@ def test_other_requests_reach_the_users_pytest_httpx2_mock(
     assert len(qstash.messages) == 1
 
 
-def test_the_fake_patches_httpx2_only_while_active() -> None:
-    original = httpx2.Client._transport_for_url
+def test_the_fake_intercepts_httpx2_only_while_active() -> None:
+    client = httpx2.Client()
+    url = httpx2.URL(PUBLISH)
     with FakeQStash():
-        assert httpx2.Client._transport_for_url is not original
-        with FakeQStash():  # nested: the newest answers; the outer one still patches after
+        assert client._transport_for_url(url) is not client._transport
+        with FakeQStash():  # nested: the newest answers; the outer one still intercepts after
             pass
-        assert httpx2.Client._transport_for_url is not original
-    assert httpx2.Client._transport_for_url is original
+        assert client._transport_for_url(url) is not client._transport
+    # Between fakes a pytest session keeps the patch, idle: the client's own transport.
+    assert client._transport_for_url(url) is client._transport
+
+
+def test_outside_a_pytest_session_the_patch_goes_with_the_last_fake() -> None:
+    held = httpx2_support.held()
+    httpx2_support.unhold()  # as in a script: no session holds the patch
+    try:
+        original = httpx2.Client._transport_for_url
+        with FakeQStash():
+            assert httpx2.Client._transport_for_url is not original
+            with FakeQStash():
+                pass
+            assert httpx2.Client._transport_for_url is not original
+        assert httpx2.Client._transport_for_url is original
+    finally:
+        if held:
+            httpx2_support.hold()
 
 
 def test_the_newest_fake_answers_httpx2() -> None:

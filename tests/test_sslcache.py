@@ -119,13 +119,28 @@ def test_tls_environment_is_read_at_each_construction(
 
 @pytest.mark.usefixtures("no_tls_env")
 def test_sharing_lasts_while_any_fake_is_active() -> None:
-    original = httpx.HTTPTransport.__init__
     with FakeQStash():
         with FakeQStash():
             inner = context_of(httpx.Client())
         assert context_of(httpx.Client()) is inner  # the outer fake is still active
-    assert httpx.HTTPTransport.__init__ is original
+    # A pytest session may hold the patch between fakes, idle: nothing is shared.
+    assert context_of(httpx.Client()) is not context_of(httpx.Client())
     assert not sslcache.active()
+
+
+@pytest.mark.usefixtures("no_tls_env")
+def test_outside_a_pytest_session_the_patch_goes_with_the_last_fake() -> None:
+    held = sslcache.held()
+    sslcache.unhold()  # as in a script: no session holds the patch
+    try:
+        original = httpx.HTTPTransport.__init__
+        assert not hasattr(original, "__wrapped__")
+        with FakeQStash():
+            assert httpx.HTTPTransport.__init__ is not original
+        assert httpx.HTTPTransport.__init__ is original
+    finally:
+        if held:
+            sslcache.hold()  # as the session had it (the next fake patches again)
 
 
 @pytest.mark.usefixtures("no_tls_env")
@@ -134,9 +149,10 @@ def test_a_differently_shaped_httpx_gets_todays_behaviour(monkeypatch: pytest.Mo
         raise AssertionError("never called")
 
     monkeypatch.setattr(httpx._config, "create_ssl_context", create_ssl_context)
-    original = httpx.AsyncHTTPTransport.__init__
     with FakeQStash():
-        assert httpx.AsyncHTTPTransport.__init__ is original
+        # Unpatched (a patch a pytest session held from an earlier fake is taken off).
+        assert not hasattr(httpx.AsyncHTTPTransport.__init__, "__wrapped__")
+        assert not hasattr(httpx.HTTPTransport.__init__, "__wrapped__")
         assert context_of(httpx.Client()) is not context_of(httpx.Client())
 
 

@@ -37,6 +37,8 @@ GUARD_MOCKER = "httpcore2"
 # Active fakes' routers, newest first: the newest fake answers, as with httpx.
 _routers: list[QStashRouter] = []
 _originals: dict[type, Callable[..., Any]] = {}
+#: Whether the clients stay patched while no fake is active (``hold``).
+_held = False
 
 
 # -- interception of httpx2 clients ----------------------------------------------------------
@@ -52,6 +54,26 @@ def attach(router: QStashRouter) -> None:
 def detach(router: QStashRouter) -> None:
     if router in _routers:
         _routers.remove(router)
+    if not _routers and _originals and not _held:
+        _unpatch()
+
+
+def hold() -> None:
+    """Keep the clients patched between fakes, for a pytest session (patching them for each
+    test cost more than the rest of a fake's start). With no fake active, a patched client
+    gets the very transport it would have used: nothing of ours is in its way."""
+    global _held
+    _held = True
+
+
+def held() -> bool:
+    return _held
+
+
+def unhold() -> None:
+    """The session ended: unpatched when no fake is active, else when the last one stops."""
+    global _held
+    _held = False
     if not _routers and _originals:
         _unpatch()
 
@@ -78,6 +100,8 @@ def _wrapped(original: Callable[..., Any], client_type: type) -> Callable[..., A
 
     def _transport_for_url(self: Any, url: Any) -> Any:
         real = original(self, url)
+        if not _routers:  # between fakes, held patched: the client's own transport
+            return real
         return _AsyncQStashTransport(real) if is_async else _QStashTransport(real)
 
     return _transport_for_url

@@ -1,6 +1,7 @@
 """The pytest session's own routers, started the moment httpx (or httpx2) is imported.
 
-- ``KeepHttpxPatched`` keeps respx's httpx patch in place between tests (see its docstring).
+- ``KeepHttpxPatched`` keeps respx's httpx patch in place between tests (see its docstring),
+  and the fakes' patches of httpx2's clients and httpx's transports are held likewise.
 - ``NetworkGuard`` stops a QStash call made while no fake is active, on httpcore's pools, and
   its companion on httpcore2's (httpx2 clients).
 
@@ -43,6 +44,12 @@ class SessionRouters:
         kept = KeepHttpxPatched.running()
         self.keep = kept or KeepHttpxPatched().started()
         self._owns_keep = kept is None
+        if self._owns_keep:
+            # The same for the fakes' other patches: made at the first fake, kept till the end.
+            from . import httpx2_support, sslcache
+
+            sslcache.hold()
+            httpx2_support.hold()
         if self.guard_on:
             running = NetworkGuard.running()
             self.guard = running or NetworkGuard().started()
@@ -65,4 +72,8 @@ class SessionRouters:
             self.guard.stop(quiet=True)
         if self.keep is not None and self._owns_keep:
             self.keep.stop(quiet=True)
+            from . import httpx2_support, sslcache
+
+            sslcache.unhold()
+            httpx2_support.unhold()
         self.keep = self.guard = self._guard2 = None

@@ -14,9 +14,11 @@ HTTP/1.1 and HTTP/2 transports never share one). A client that does reach the ne
 the context it would have built. A transport given its own ``verify`` (a path, a context,
 ``False``) or ``cert``, or built with positional arguments, is left entirely alone.
 
-Only while a fake is active: outside the tests that use one, httpx is untouched. When httpx's
-transports or ``create_ssl_context`` do not look as expected (the checks below), nothing is
-patched and every client builds its own context, as without the fake.
+Only while a fake is active: outside the tests that use one, httpx behaves as untouched (a
+pytest session holds the patch from one fake to the next, idle in between: it passes every
+argument on as given). When httpx's transports or ``create_ssl_context`` do not look as
+expected (the checks below), nothing is patched and every client builds its own context, as
+without the fake.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ _MAX_CONTEXTS = 16  # distinct environments seen; past that the cache starts afr
 
 _lock = threading.Lock()
 _users = 0
+#: Whether the transports stay patched while no fake is active (``hold``).
+_held = False
 _originals: dict[type[Any], Callable[..., None]] = {}
 _contexts: dict[tuple[object, ...], ssl.SSLContext] = {}
 _checked: dict[tuple[object, ...], bool] = {}
@@ -48,7 +52,12 @@ def acquire() -> None:
     global _users
     with _lock:
         _users += 1
-        if _users == 1 and _supported():
+        if _users != 1:
+            return
+        supported = _supported()  # asked again: httpx may have changed since the patch
+        if _originals and not supported:
+            _unpatch()
+        elif supported and not _originals:
             for transport in _TRANSPORTS:
                 _originals[transport] = transport.__init__
                 transport.__init__ = _sharing_init(transport.__init__)
@@ -61,18 +70,44 @@ def release() -> None:
         if _users == 0:
             return
         _users -= 1
-        if _users:
-            return
-        for transport, original in _originals.items():
-            # Someone patched over us meanwhile: ours stays under theirs, idle (``_users`` is
-            # 0), rather than undoing their patch.
-            if getattr(transport.__init__, "__wrapped__", None) is original:
-                transport.__init__ = original
-        _originals.clear()
+        if not _users and not _held:
+            _unpatch()
+
+
+def hold() -> None:
+    """Keep the transports patched between fakes, for a pytest session (patching them for
+    each test cost more than the rest of a fake's start). With no fake active, the patched
+    ``__init__`` is the original's, untouched: ``_users`` is 0."""
+    global _held
+    with _lock:
+        _held = True
+
+
+def held() -> bool:
+    return _held
+
+
+def unhold() -> None:
+    """The session ended: unpatched when no fake is active, else when the last one stops."""
+    global _held
+    with _lock:
+        _held = False
+        if not _users:
+            _unpatch()
+
+
+def _unpatch() -> None:
+    for transport, original in _originals.items():
+        # Someone patched over us meanwhile: ours stays under theirs, idle (``_users`` is 0),
+        # rather than undoing their patch.
+        if getattr(transport.__init__, "__wrapped__", None) is original:
+            transport.__init__ = original
+    _originals.clear()
 
 
 def active() -> bool:
-    return bool(_originals)
+    """Whether default transports share a context now (a fake is active)."""
+    return bool(_originals) and _users > 0
 
 
 def _supported() -> bool:
