@@ -90,6 +90,21 @@ def test_an_app_publishes_and_is_delivered_to_in_virtual_time(
     assert seen["body"] == '{"user_id":42}' or seen["body"] == '{"user_id": 42}'
 
 
+def test_targets_long_and_repeated_are_each_read_as_sent(
+    qstash_server: ServerProcess, sdk: QStash
+) -> None:
+    # The server keeps the URLs of short targets it has read: a repeated target, and one too
+    # long to keep, must each reach the API exactly as sent.
+    short = "https://app.test/orders?n=1"
+    long = "https://app.test/orders?q=" + "x" * 3000
+    ids = [
+        sdk.message.publish(url=url, body=str(i)).message_id
+        for i, url in enumerate([short, short, long, long])
+    ]
+    assert len(set(ids)) == 4
+    assert [qstash_server.messages.one(message_id=i).url for i in ids] == [short, short, long, long]
+
+
 def test_async_sdk_and_a_publish_from_inside_a_delivery(
     qstash_server: ServerProcess, app: AppProcess
 ) -> None:

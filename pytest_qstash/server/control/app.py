@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import time
@@ -491,14 +492,28 @@ async def _read_request(
     query = scope.get("query_string") or b""
     if query:
         raw_path += b"?" + query
-    host, port = server[0], server[1]
-    url = httpx.URL(scheme=scope.get("scheme", "http"), host=host, port=port, raw_path=raw_path)
+    scheme = scope.get("scheme", "http")
+    if len(raw_path) <= _CACHED_TARGET_BYTES:
+        url = _url(scheme, server[0], server[1], raw_path)
+    else:
+        url = httpx.URL(scheme=scheme, host=server[0], port=server[1], raw_path=raw_path)
     return httpx.Request(
         scope["method"],
         url,
         headers=[(k, v) for k, v in scope["headers"]],
         content=b"".join(chunks),
     )
+
+
+#: Targets up to this long are cached (512 of them at most: a bounded half megabyte).
+_CACHED_TARGET_BYTES = 1024
+
+
+@functools.lru_cache(maxsize=512)
+def _url(scheme: str, host: str, port: int | None, raw_path: bytes) -> httpx.URL:
+    # httpx checks every character of a URL it builds, a tenth of a publish's time in the
+    # server; a URL is immutable, and clients ask for the same few targets again and again.
+    return httpx.URL(scheme=scheme, host=host, port=port, raw_path=raw_path)
 
 
 async def _break_connection(send: Send) -> None:
