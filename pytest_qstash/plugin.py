@@ -38,6 +38,7 @@ _CALL_FAILED_KEY = pytest.StashKey[bool]()
 _ROUTERS_KEY = pytest.StashKey[SessionRouters]()
 _INI_SETTINGS_KEY = pytest.StashKey[dict[str, Any]]()
 _APPS_OVERRIDDEN_KEY = pytest.StashKey[bool]()
+_STEPS_HELD_KEY = pytest.StashKey[bool]()
 
 #: Marker keywords: each is the FakeQStash keyword argument of the same name (but
 #: strict_teardown, which the fixture itself checks).
@@ -264,6 +265,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     routers = config.stash.get(_ROUTERS_KEY, None)
     if routers is not None:
         routers.stop()
+    if config.stash.get(_STEPS_HELD_KEY, False):
+        from .testing import step_failures
+
+        step_failures.unhold()
 
 
 def _bool_ini(config: pytest.Config, name: str, *, at_configure: bool = False) -> bool:
@@ -369,8 +374,8 @@ def _the_fake(request: pytest.FixtureRequest) -> Iterator[FakeQStash]:
         yield existing
         return
     # The engine loads here, with the first test that uses it.
+    from .testing import step_failures
     from .testing.fake import FakeQStash
-    from .testing.step_failures import StepFailureLog
 
     apps: Any = _apps(request) or {}
     if not isinstance(apps, Mapping):
@@ -385,22 +390,33 @@ def _the_fake(request: pytest.FixtureRequest) -> Iterator[FakeQStash]:
         problem = f"invalid strict_teardown={strict_teardown!r}: expected True or False"
     try:
         if problem is None:
-            hosts.check_env()  # a test's own QSTASH_URL, set since pytest started
             fake = FakeQStash(**settings)
     except (TypeError, ValueError) as exc:
         problem = str(exc)
+    if problem is None:
+        for base_url, app in apps.items():
+            fake.mount(base_url, app)
+        try:
+            fake.start()  # which checks a test's own QSTASH_URL, set since pytest started
+        except hosts.QStashUrlError as exc:
+            problem = str(exc)
     if problem is not None:
-        # A bad marker or ini value: one line saying which, without any traceback.
+        # A bad marker, ini value or QSTASH_URL: one line saying which, without a traceback.
         pytest.fail(f"bad qstash setting: {problem}", pytrace=False)
-    for base_url, app in apps.items():
-        fake.mount(base_url, app)
     stash = request.node.stash
     stash[_FAKE_KEY] = fake  # until the test's teardown report (``pytest_runtest_makereport``)
     stash[_REPORTED_KEY] = False  # a rerun of the test reports afresh
     stash[_CALL_FAILED_KEY] = False
-    steps = stash[_STEPS_KEY] = StepFailureLog()
-    with fake, steps.listening():
+    steps = stash[_STEPS_KEY] = step_failures.StepFailureLog()
+    if not request.config.stash.get(_STEPS_HELD_KEY, False):
+        step_failures.hold()  # the SDK log handler stays for the session (unconfigure)
+        request.config.stash[_STEPS_HELD_KEY] = True
+    steps.listen()
+    try:
         yield fake
+    finally:
+        steps.stop()
+        fake.stop()
     # A test that failed already has its report: leftovers would only add noise.
     if strict_teardown and not stash.get(_CALL_FAILED_KEY, False):
         problem = _strict_teardown_problem(fake)

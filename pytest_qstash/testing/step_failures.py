@@ -39,18 +39,37 @@ class StepFailureLog:
         #: run id -> the step that failed last in that run.
         self.by_run: dict[str, FailedStep] = {}
 
+    def listen(self) -> None:
+        """Keep the failures the SDK logs from now on (into the newest log listening), until
+        ``stop()``."""
+        _HANDLER.logs.append(self)
+        _HANDLER.install()
+
+    def stop(self) -> None:
+        if self in _HANDLER.logs:
+            _HANDLER.logs.remove(self)
+        if not _HANDLER.logs and not _HANDLER.held:
+            _HANDLER.uninstall()
+
     @contextmanager
     def listening(self) -> Iterator[StepFailureLog]:
-        """Keep the failures the SDK logs meanwhile (into the newest log listening)."""
-        _HANDLER.logs.append(self)
-        if len(_HANDLER.logs) == 1:
-            logging.getLogger(_SDK_LOGGER).addHandler(_HANDLER)
+        self.listen()
         try:
             yield self
         finally:
-            _HANDLER.logs.remove(self)
-            if not _HANDLER.logs:
-                logging.getLogger(_SDK_LOGGER).removeHandler(_HANDLER)
+            self.stop()
+
+
+def hold() -> None:
+    """Leave the handler on the SDK's logger between logs, for a pytest session (adding and
+    removing it for each test was a tenth of the fixture's cost); idle while none listens."""
+    _HANDLER.held = True
+
+
+def unhold() -> None:
+    _HANDLER.held = False
+    if not _HANDLER.logs:
+        _HANDLER.uninstall()
 
 
 class _SdkLogHandler(logging.Handler):
@@ -60,14 +79,28 @@ class _SdkLogHandler(logging.Handler):
     def __init__(self) -> None:
         super().__init__(level=logging.ERROR)
         self.logs: list[StepFailureLog] = []
+        self.held = False
+        self._installed = False
+
+    def install(self) -> None:
+        if not self._installed:
+            logging.getLogger(_SDK_LOGGER).addHandler(self)
+            self._installed = True
+
+    def uninstall(self) -> None:
+        if self._installed:
+            logging.getLogger(_SDK_LOGGER).removeHandler(self)
+            self._installed = False
 
     def emit(self, record: logging.LogRecord) -> None:
+        if not self.logs:
+            return
         try:
             error = record.exc_info[1] if record.exc_info else None
             found = _failed_step(error.__traceback__) if error is not None else None
         except Exception:  # a report aid must never break the app's logging
             return
-        if found is not None and self.logs:
+        if found is not None:
             self.logs[-1].by_run[found.run_id] = found
 
 

@@ -228,13 +228,18 @@ def _reached(url: str) -> ApiBase | None:
     return ApiBase(canonical_host(parts.hostname), port or DEFAULT_PORTS[parts.scheme], "")
 
 
+class QStashUrlError(ValueError):
+    """``QSTASH_URL`` is set to something that is not a QStash base."""
+
+
 def check_env() -> None:
-    """Raise ValueError when ``QSTASH_URL`` is set to something that is not a QStash base."""
+    """Raise ``QStashUrlError`` when ``QSTASH_URL`` is set to something that is not a QStash
+    base."""
     value = os.environ.get("QSTASH_URL")
     if value:
         problem = base_problem(value)
         if problem is not None:
-            raise ValueError(f"QSTASH_URL is {problem}")
+            raise QStashUrlError(f"QSTASH_URL is {problem}")
 
 
 # -- bases the session's fakes were given: the network guard stops them too ------------------
