@@ -24,6 +24,7 @@ import pytest
 from .engine.account import DEFAULT_ENV
 from .intercept import import_hook
 from .intercept.session_routers import SessionRouters
+from .testing import simulated_tests
 from .testing.appclock import LIBRARIES, clock_name
 from .wire import hosts
 
@@ -59,6 +60,7 @@ MARKER_OPTIONS = (
     "retention",
     "region",
     "strict_teardown",
+    *simulated_tests.MARKER_KEYWORDS,
 )
 #: What an ini option does, where its FakeQStash keyword's name does not say it.
 _INI_WHAT = {
@@ -109,6 +111,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type="bool",
         default=True,
     )
+    simulated_tests.add_options(parser)
 
 
 def _set_default_env() -> None:
@@ -140,6 +143,9 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     # The session's routers (the httpx patch kept between tests, the network guard) start
     # the moment httpx is imported, or now if a conftest or plugin already imported it.
+    simulated_tests.configure(config)
+    if not config.pluginmanager.is_registered(simulated_tests):
+        config.pluginmanager.register(simulated_tests, "qstash_simulation")
     guard = _bool_ini(config, "qstash_network_guard", at_configure=True)
     routers = config.stash[_ROUTERS_KEY] = SessionRouters(guard=guard)
     routers.watch()
@@ -385,6 +391,8 @@ def _the_fake(request: pytest.FixtureRequest) -> Iterator[FakeQStash]:
         )
     settings = _settings(request)
     strict_teardown = settings.pop("strict_teardown", False)
+    for keyword in simulated_tests.MARKER_KEYWORDS:  # read by the simulation's own hooks
+        settings.pop(keyword, None)
     problem: str | None = None
     if not isinstance(strict_teardown, bool):
         problem = f"invalid strict_teardown={strict_teardown!r}: expected True or False"
@@ -394,6 +402,9 @@ def _the_fake(request: pytest.FixtureRequest) -> Iterator[FakeQStash]:
     except (TypeError, ValueError) as exc:
         problem = str(exc)
     if problem is None:
+        schedule = simulated_tests.schedule_for(request)
+        if schedule is not None:
+            simulated_tests.start(schedule, fake)
         for base_url, app in apps.items():
             fake.mount(base_url, app)
         try:

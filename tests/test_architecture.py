@@ -234,6 +234,10 @@ PRIVATE_ACCESS_ALLOWED = {
             "executor._idle_semaphore._value",
         )
     },
+    ("pytest_qstash.testing.simulated_tests", "item._initrequest"): (
+        "pytest has no public way to run a test again in place with fresh function fixtures "
+        "(shrinking a failing schedule); pytest-rerunfailures does the same"
+    ),
     ("pytest_qstash.delivery.network", "exc._request"): (
         "httpx's errors raise on .request when none is set; the field tells without raising"
     ),

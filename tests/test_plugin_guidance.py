@@ -186,6 +186,7 @@ def test_help_lists_the_ini_options_together(pytester: pytest.Pytester) -> None:
         "qstash_delivery_timeout",
         "qstash_plan",
         "qstash_network_guard",
+        "qstash_simulate",
     ]
     text = " ".join(result.stdout.str().split())
     assert (

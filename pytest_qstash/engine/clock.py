@@ -1,6 +1,7 @@
 """The virtual clock and its heap of due events.
 
-Time moves only when told. Work is kept in a heap ordered by ``(due_ms, seq)``, so moving the
+Time moves only when told. Work is kept in a heap ordered by ``(due_ms, rank)`` (the rank is
+the event's sequence, unless a simulation reorders events due at one moment), so moving the
 clock costs in proportion to the events crossed, never to the time skipped: advancing ten idle
 years is one comparison.
 """
@@ -8,7 +9,7 @@ years is one comparison.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -38,6 +39,9 @@ class VirtualClock:
         #: Told the new time whenever the clock moves forward (retention forgets what
         #: expired then); None: nobody listens.
         self.on_move: Callable[[int], None] | None = None
+        #: Where a new event ranks among those due at its moment (a simulation's reorder);
+        #: None: by its sequence, the order they were scheduled in.
+        self.rank: Callable[[DueEvent, Iterable[DueEvent]], int] | None = None
 
     @property
     def now(self) -> datetime:
@@ -47,7 +51,8 @@ class VirtualClock:
         # Nothing is ever due in the past: a late event is due now, after what is already due.
         self._seq += 1
         event = DueEvent(max(due_ms, self.now_ms), self._seq, kind, target, generation)
-        heapq.heappush(self._heap, (event.due_ms, event.seq, event))
+        rank = event.seq if self.rank is None else self.rank(event, self.pending())
+        heapq.heappush(self._heap, (event.due_ms, rank, event))
         return event
 
     def pop_due(self, until_ms: int) -> DueEvent | None:

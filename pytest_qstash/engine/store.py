@@ -13,8 +13,7 @@ module keeps the state, a message's creation and its attempts.
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from itertools import islice
 
 import httpx
@@ -45,12 +44,13 @@ from .rejections import RejectedCall, RejectedCalls
 from .retention import Retention, Trail
 from .retry import DEFAULT_RETRIES
 from .schedules import Schedules
+from .simulation import Simulation
 from .store_limits import PlanChecks
 from .store_resources import ResourceVerbs
 from .store_runs import RunVerbs
 from .url_groups import UnknownDestination, UrlGroup
 from .waiters import Waiters
-from .workflows import WorkflowRun, WorkflowRuns
+from .workflows import WorkflowRuns
 
 __all__ = [
     "DEFAULT_DEDUP_WINDOW_MS",
@@ -93,7 +93,7 @@ class Store(RunVerbs, ResourceVerbs, PlanChecks, Admission):
         #: message keeps its slot until they are done, as on QStash.
         self._callbacks_pending: dict[str, set[str]] = {}
         self.workflows = WorkflowRuns()
-        self.workflows.on_end = _weakly(self._run_ended)
+        self.workflows.tell_weakly(self._run_ended)
         #: Workflow runs waiting for an event (``context.waitForEvent``, webhooks).
         self.waiters = Waiters()
         #: API calls answered with an error (the newest kept), for the failure report.
@@ -112,6 +112,8 @@ class Store(RunVerbs, ResourceVerbs, PlanChecks, Admission):
         self._attempt_seq = 0
         #: Messages the API published on one UTC day: (the day's start, how many).
         self._published_day = (0, 0)
+        #: The faults a simulation injects (``simulate``); None: QStash's happy path.
+        self.simulation: Simulation | None = None
         #: What the plan's retention forgets as time passes; None: everything is kept.
         self.retention: Retention | None = None
         if retention:
@@ -356,6 +358,8 @@ class Store(RunVerbs, ResourceVerbs, PlanChecks, Admission):
         message = attempt.message
         result = attempt.result
         assert result is not None
+        if self.simulation is not None:
+            result = self.simulation.answer_seen(message, result, self.clock.now_ms)
         delivery = Delivery(
             message_id=message.message_id,
             url=message.url,
@@ -383,7 +387,17 @@ class Store(RunVerbs, ResourceVerbs, PlanChecks, Admission):
             self._publish_callback(message, delivery, message.failure_callback, dlq_entry)
         if len(result.content) > KEPT_RESPONSE_BYTES:
             self._keep_the_start(delivery, dlq_entry, result.content)
+        simulation = self.simulation
+        if simulation is not None and simulation.delivers_again(message, self.clock.now_ms):
+            self.redeliver(message)
         return delivery, dlq_entry
+
+    def simulate(self, simulation: Simulation | None) -> None:
+        """Inject ``simulation``'s faults from now on (None: none)."""
+        self.simulation = simulation
+        self.clock.rank = simulation.rank if simulation is not None else None
+        if simulation is not None:
+            simulation.bind(self.messages)
 
     def _keep_the_start(self, delivery: Delivery, dlq_entry: DlqEntry | None, whole: bytes) -> None:
         """Callbacks have carried the whole answer; the attempt's record, its log entries and
@@ -580,17 +594,3 @@ class Store(RunVerbs, ResourceVerbs, PlanChecks, Admission):
         if message.workflow_run_id is not None:
             self.workflows.message_failed(message, entry, self.clock.now_ms)
         return entry
-
-
-def _weakly(method: Callable[[WorkflowRun], None]) -> Callable[[WorkflowRun], None]:
-    """``method`` of the Store, held weakly by a table the Store owns: no reference cycle, so
-    a store no one holds is freed at once (a suite's many fakes would keep the cycle
-    collector busy)."""
-    held = weakref.WeakMethod(method)
-
-    def call(run: WorkflowRun) -> None:
-        bound = held()
-        if bound is not None:
-            bound(run)
-
-    return call

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -329,6 +330,19 @@ class WorkflowRuns:
         #: Told of every run that ends (succeeds, fails, is cancelled): the store ends its
         #: waits and reports it to its invoker.
         self.on_end: Callable[[WorkflowRun], None] | None = None
+
+    def tell_weakly(self, method: Callable[[WorkflowRun], None]) -> None:
+        """Tell ``method`` (of the store that owns this table) of every run that ends, held
+        weakly: no reference cycle, so a store no one holds is freed at once (a suite's many
+        fakes would keep the cycle collector busy)."""
+        held = weakref.WeakMethod(method)
+
+        def call(run: WorkflowRun) -> None:
+            bound = held()
+            if bound is not None:
+                bound(run)
+
+        self.on_end = call
 
     def _ended(self, run: WorkflowRun) -> None:
         if self.on_end is not None:

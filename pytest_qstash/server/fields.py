@@ -260,13 +260,15 @@ REGISTRY: tuple[Entry, ...] = (
             "_published_day",
             "retention",
         ),
+        # A simulation is the run's choice (``serve --simulate``), not state to keep.
+        transient={"simulation": lambda: None},
     ),
     # The store points it at its retention's ``expire`` (a restored retention is that one).
     Entry(
         VirtualClock,
         "clock",
         _private("now_ms", "_heap", "_seq"),
-        transient={"on_move": lambda: None},
+        transient={"on_move": lambda: None, "rank": lambda: None},
     ),
     Entry(Account, "account", _private("_token", "_current", "_next")),
     Entry(IdGenerator, "id_generator", _private("_random", "drawn")),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -23,6 +23,7 @@ from ..engine.ids import IdGenerator
 from ..engine.plans import DEFAULT_PLAN, Plan, plan_named
 from ..engine.retry import DEFAULT_RETRIES
 from ..engine.scheduler import Scheduler
+from ..engine.simulation import Simulation
 from ..engine.store import Store
 from ..errors import SettingError
 from ..intercept import sslcache
@@ -251,6 +252,32 @@ class FakeQStash(ClockMoves, Inspection, PythonVerbs):
     @region.setter
     def region(self, value: object) -> None:
         raise SettingError("region")
+
+    # -- simulation: the faults QStash's contract allows, on a seed ---------------------------
+    def simulate(
+        self,
+        seed: int,
+        faults: Iterable[str] | None = None,
+        *,
+        only: Collection[str] | None = None,
+    ) -> Simulation:
+        """From now on, do what QStash's at-least-once contract allows, on the schedule of
+        ``seed``: deliver an acknowledged message once more (``duplicate``), lose an app's
+        2xx so the attempt is retried (``lost_ack``), deliver a message due at the same
+        moment as earlier ones before them (``reorder``). ``faults`` picks kinds (default
+        all); ``only`` keeps just the decisions of those keys (``InjectedFault.key``: a
+        shrunk schedule). The same seed and the same test inject the same faults. What
+        ``@pytest.mark.qstash(simulate=N)`` does for a test; ``ValueError`` for an unknown
+        kind or a seed that is not an integer."""
+        simulation = Simulation(seed, faults, only=only)
+        self.store.simulate(simulation)
+        return simulation
+
+    @property
+    def simulation(self) -> Simulation | None:
+        """The schedule this fake runs under (its ``seed`` and the faults ``injected`` so
+        far), or None outside simulation."""
+        return self.store.simulation if self._unbuilt is None else None
 
     # -- for the server mode: its own delivery loop over this fake --------------------------
     @property

@@ -1,0 +1,187 @@
+"""Faults QStash's delivery contract allows, injected on a seed: at-least-once, not in order.
+
+QStash promises that a message is delivered at least once, not exactly once and not in
+publish order (docs: "Deduplication", "Retries", "Ordering" under QStash's features). A
+``Simulation`` makes the engine do what that contract allows and a happy path never shows:
+
+- ``duplicate``: a message the app acknowledged (2xx) is delivered once more, right after: the
+  same ``Upstash-Message-Id``, body and headers, a fresh signature (its callback too, if it
+  has one);
+- ``lost_ack``: the app's 2xx never reaches QStash: the attempt counts as failed and is retried
+  after the message's backoff, ``Upstash-Retried`` counting up. Only where a retry is left: a
+  lost answer on the last attempt would dead-letter a message the app handled, which no
+  correct app could prevent;
+- ``reorder``: of the messages due at the same moment, one published later is delivered first.
+  A queue of parallelism 1 (or a flow-control key's) still delivers in order: its admission
+  holds the later message, whatever the order they come due in.
+
+Every decision is drawn from the seed and the decision's own key (the fault kind, the message
+id, the attempt), never from a shared sequence: leaving one fault out (shrinking a failing
+schedule) leaves every other decision as it was. Workflow runs' own messages get only
+``reorder`` for now (a step's result delivered twice is another protocol's question).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+import httpx
+
+from .attempts import AttemptResult
+from .clock import DueEvent
+from .models import Message, ms_to_datetime
+
+#: Every fault kind a simulation can inject, in the order the docs describe them.
+FAULT_KINDS = ("duplicate", "lost_ack", "reorder")
+#: The chance of each decision going the faulty way.
+FAULT_RATE = 0.3
+#: Where a promoted delivery ranks among the events due at its moment: before all others.
+_FIRST = -(1 << 62)
+
+
+class UnknownFault(ValueError):
+    """A fault kind no simulation knows (the message lists the kinds there are)."""
+
+
+def fault_kinds(faults: Iterable[str] | None) -> tuple[str, ...]:
+    """The fault kinds named (all of them for None), checked: ``UnknownFault`` otherwise."""
+    if faults is None:
+        return FAULT_KINDS
+    if isinstance(faults, str):
+        faults = [part.strip() for part in faults.split(",") if part.strip()]
+    chosen = tuple(dict.fromkeys(faults))
+    unknown = [kind for kind in chosen if kind not in FAULT_KINDS]
+    if unknown or not chosen:
+        named = ", ".join(repr(k) for k in unknown) if unknown else "none"
+        raise UnknownFault(
+            f"unknown fault kind(s) {named}: expected some of {', '.join(FAULT_KINDS)}"
+        )
+    return chosen
+
+
+def check_seed(seed: object, what: str = "simulate_seed") -> int:
+    """A simulation seed: an integer, or its digits as text (a command line's, an ini
+    file's); ``ValueError`` naming ``what`` and the value otherwise."""
+    if isinstance(seed, int) and not isinstance(seed, bool):
+        return seed
+    if isinstance(seed, str) and seed.strip().lstrip("-").isdigit():
+        return int(seed)
+    raise ValueError(f"invalid {what}={seed!r}: expected an integer")
+
+
+@dataclass(frozen=True, slots=True)
+class InjectedFault:
+    """One fault a simulation injected."""
+
+    kind: str
+    #: The message it touched.
+    message_id: str
+    at_ms: int
+    #: One line saying what happened.
+    description: str
+    #: What names this decision in the schedule (what shrinking keeps or leaves out).
+    key: str
+
+    @property
+    def at(self) -> datetime:
+        return ms_to_datetime(self.at_ms)
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.message_id} at {self.at.isoformat()}: {self.description}"
+
+
+class Simulation:
+    """The faults of one seeded schedule. ``only``: decision keys allowed to go the faulty
+    way (a shrunk schedule); None allows every one the seed picks."""
+
+    def __init__(
+        self,
+        seed: int,
+        faults: Iterable[str] | None = None,
+        *,
+        only: Collection[str] | None = None,
+    ) -> None:
+        self.seed = check_seed(seed)
+        self.kinds = fault_kinds(faults)
+        self._only = frozenset(only) if only is not None else None
+        #: Every fault injected so far, in order.
+        self.injected: list[InjectedFault] = []
+        self._duplicated: set[str] = set()
+        self._messages: Mapping[str, Message] = {}
+
+    def __repr__(self) -> str:
+        return (
+            f"<Simulation seed={self.seed} faults={','.join(self.kinds)} "
+            f"injected={len(self.injected)}>"
+        )
+
+    def bind(self, messages: Mapping[str, Message]) -> None:
+        """The store's messages, which ``rank`` looks up (the store binds them)."""
+        self._messages = messages
+
+    # -- the decisions -----------------------------------------------------------------------
+    def _picks(self, kind: str, key: str) -> bool:
+        if kind not in self.kinds or (self._only is not None and key not in self._only):
+            return False
+        return random.Random(f"{self.seed}:{key}").random() < FAULT_RATE
+
+    def _inject(self, kind: str, message: Message, now_ms: int, key: str, text: str) -> None:
+        self.injected.append(InjectedFault(kind, message.message_id, now_ms, text, key))
+
+    def answer_seen(self, message: Message, result: AttemptResult, now_ms: int) -> AttemptResult:
+        """What QStash sees of an attempt's answer: the app's, or (``lost_ack``) none."""
+        if not result.ok or message.workflow_run_id is not None:
+            return result
+        if message.retried >= message.max_retries:
+            return result
+        key = f"lost_ack:{message.message_id}:{message.retried}"
+        if not self._picks("lost_ack", key):
+            return result
+        text = (
+            f"the app answered {result.status}; the answer was lost on its way back, so the "
+            f"attempt failed and is retried (Upstash-Retried {message.retried + 1})"
+        )
+        self._inject("lost_ack", message, now_ms, key, text)
+        error = (
+            f"no answer received (simulated lost acknowledgement: the app answered {result.status})"
+        )
+        return AttemptResult(None, httpx.Headers(), b"", error, result.exception)
+
+    def delivers_again(self, message: Message, now_ms: int) -> bool:
+        """Whether a message just DELIVERED is delivered once more (``duplicate``)."""
+        if message.state != "DELIVERED" or message.workflow_run_id is not None:
+            return False
+        if message.message_id in self._duplicated:
+            return False
+        key = f"duplicate:{message.message_id}"
+        if not self._picks("duplicate", key):
+            return False
+        self._duplicated.add(message.message_id)
+        text = "delivered once more after the app acknowledged it (same Upstash-Message-Id)"
+        self._inject("duplicate", message, now_ms, key, text)
+        return True
+
+    def rank(self, event: DueEvent, pending: Iterable[DueEvent]) -> int:
+        """Where a new clock event ranks among those due at its moment (``reorder``): a
+        delivery the seed promotes goes before them; every other event keeps its sequence."""
+        if event.kind != "deliver" or "reorder" not in self.kinds:
+            return event.seq
+        message = self._messages.get(event.target)
+        key = f"reorder:{event.target}:{event.generation}"
+        if message is None or not self._picks("reorder", key):
+            return event.seq
+        overtaken = [
+            e.target
+            for e in pending
+            if e.kind == "deliver" and e.due_ms == event.due_ms and e.target != event.target
+        ]
+        if not overtaken:
+            return event.seq
+        text = f"due at the same moment as {', '.join(overtaken[:3])}, delivered before"
+        if len(overtaken) > 3:
+            text += f" them and {len(overtaken) - 3} more"
+        self._inject("reorder", message, event.due_ms, key, text)
+        return _FIRST + event.seq
