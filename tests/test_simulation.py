@@ -4,11 +4,16 @@ contract allows, decided by the seed, the same every run; and never one it does 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
+from datetime import datetime
 
 import httpx
 import jwt
 import pytest
+import qstash.http as sdk_http
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 from qstash import QStash
 
 from pytest_qstash import FakeQStash
@@ -145,7 +150,7 @@ def test_a_queue_of_parallelism_one_keeps_its_order_under_every_seed() -> None:
 
 
 def test_never_early_never_lost_never_unpublished() -> None:
-    due: dict[str, object] = {}
+    due: dict[str, datetime] = {}
 
     def delayed(qstash: FakeQStash, client: QStash) -> None:
         for n in range(3):
@@ -206,3 +211,49 @@ def test_outside_simulation_there_is_none_and_bad_arguments_say_what_is_accepted
     simulation = qstash.simulate(3, "duplicate,reorder")
     assert qstash.simulation is simulation
     assert simulation.kinds == ("duplicate", "reorder")
+
+
+# -- publish_lost_answer: the SDK sends a stored publish again ------------------------------
+def _signup_app(dedup: bool) -> FastAPI:
+    app = FastAPI()
+    client = QStash(os.environ["QSTASH_TOKEN"])  # the SDK's default: 5 retries, with backoff
+
+    @app.post("/signup/{user}")
+    def signup(user: str) -> dict[str, str]:
+        extra = {"deduplication_id": f"welcome-{user}"} if dedup else {}
+        client.message.publish(url=f"{APP}/welcome", body=user, **extra)  # type: ignore[arg-type]
+        return {"ok": user}
+
+    return app
+
+
+@pytest.mark.parametrize("dedup", [False, True])
+def test_a_lost_publish_answer_is_sent_again_by_the_sdk(dedup: bool) -> None:
+    found = []
+    for seed in range(40):
+        with FakeQStash(seed="lost answers", start="2026-01-01T00:00:00Z") as qstash:
+            simulation = qstash.simulate(seed, ["publish_lost_answer"])
+            started = time.monotonic()
+            answer = TestClient(_signup_app(dedup)).post("/signup/7")
+            took = time.monotonic() - started
+            assert answer.status_code == 200
+            lost = len(simulation.injected)
+            if lost:
+                found.append(seed)
+                assert {f.kind for f in simulation.injected} == {"publish_lost_answer"}
+                assert took < 1  # the SDK's retry sleeps are instant meanwhile
+            # Without a deduplication id each retry is one more message; with one, QStash's
+            # deduplication answers them and there is one.
+            expected = 1 if dedup else 1 + lost
+            assert len(qstash.messages) == expected, seed
+        assert vars(sdk_http)["time"] is time  # the SDK's own sleep is back after the fake
+    assert found  # some of 40 seeds lose an answer
+
+
+def test_no_answer_is_lost_where_the_sdk_would_not_send_again() -> None:
+    for seed in range(40):
+        with FakeQStash(seed="lost answers") as qstash:
+            simulation = qstash.simulate(seed, ["publish_lost_answer"])
+            _client().message.publish(url=f"{APP}/welcome", body="x")  # retry=False
+            assert simulation.injected == []
+            assert len(qstash.messages) == 1

@@ -13,7 +13,11 @@ publish order (docs: "Deduplication", "Retries", "Ordering" under QStash's featu
   correct app could prevent;
 - ``reorder``: of the messages due at the same moment, one published later is delivered first.
   A queue of parallelism 1 (or a flow-control key's) still delivers in order: its admission
-  holds the later message, whatever the order they come due in.
+  holds the later message, whatever the order they come due in;
+- ``publish_lost_answer``: a publish (enqueue, batch, workflow trigger) is stored, but its
+  answer never reaches the client, which sees a network error. Only where the official SDK
+  will send it again (the API layer asks): without a deduplication id, that retry is a second
+  message; with one, QStash's deduplication answers it.
 
 Every decision is drawn from the seed and the decision's own key (the fault kind, the message
 id, the attempt), never from a shared sequence: leaving one fault out (shrinking a failing
@@ -35,7 +39,7 @@ from .clock import DueEvent
 from .models import Message, ms_to_datetime
 
 #: Every fault kind a simulation can inject, in the order the docs describe them.
-FAULT_KINDS = ("duplicate", "lost_ack", "reorder")
+FAULT_KINDS = ("duplicate", "lost_ack", "reorder", "publish_lost_answer")
 #: The chance of each decision going the faulty way.
 FAULT_RATE = 0.3
 #: Where a promoted delivery ranks among the events due at its moment: before all others.
@@ -162,6 +166,19 @@ class Simulation:
         self._duplicated.add(message.message_id)
         text = "delivered once more after the app acknowledged it (same Upstash-Message-Id)"
         self._inject("duplicate", message, now_ms, key, text)
+        return True
+
+    def loses_answer(self, request_key: str, message_id: str, now_ms: int) -> bool:
+        """Whether the answer to a publish the store took (``request_key``: what the request
+        was and how many times it was sent) is lost on its way back."""
+        key = f"publish_lost_answer:{request_key}"
+        if not self._picks("publish_lost_answer", key):
+            return False
+        text = (
+            f"the publish was stored as {message_id}, but its answer was lost on its way back: "
+            "the SDK sends it again"
+        )
+        self.injected.append(InjectedFault("publish_lost_answer", message_id, now_ms, text, key))
         return True
 
     def rank(self, event: DueEvent, pending: Iterable[DueEvent]) -> int:

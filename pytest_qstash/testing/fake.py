@@ -264,8 +264,9 @@ class FakeQStash(ClockMoves, Inspection, PythonVerbs):
         """From now on, do what QStash's at-least-once contract allows, on the schedule of
         ``seed``: deliver an acknowledged message once more (``duplicate``), lose an app's
         2xx so the attempt is retried (``lost_ack``), deliver a message due at the same
-        moment as earlier ones before them (``reorder``). ``faults`` picks kinds (default
-        all); ``only`` keeps just the decisions of those keys (``InjectedFault.key``: a
+        moment as earlier ones before them (``reorder``), store a publish but lose its answer
+        where the SDK will send it again (``publish_lost_answer``). ``faults`` picks kinds
+        (default all); ``only`` keeps just the decisions of those keys (``InjectedFault.key``: a
         shrunk schedule). The same seed and the same test inject the same faults. What
         ``@pytest.mark.qstash(simulate=N)`` does for a test; ``ValueError`` for an unknown
         kind or a seed that is not an integer."""
@@ -341,6 +342,7 @@ class FakeQStash(ClockMoves, Inspection, PythonVerbs):
                 self._app_clock.stop()
                 if self._unbuilt is None:
                     self._sender.close()
+                    self._gateway.close()
 
     def __enter__(self) -> FakeQStash:
         return self.start()

@@ -4,8 +4,10 @@ what it holds (``saved``/``restore``)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import httpx
@@ -14,12 +16,25 @@ from ..delivery.dispatcher import Dispatcher
 from ..engine.clock import VirtualClock
 from ..engine.models import ApiCall, DlqEntry
 from ..engine.store import Store
+from ..intercept import sdk_retries
 from ..wire import api
 from ..wire._http import request_path
 from ..wire.faults import Fault, FaultTable
 
 #: How many API calls ``qstash.api_calls`` keeps (the newest).
 API_CALLS_KEPT = 1_000
+#: The calls that publish: their answers are what a simulation may lose.
+_PUBLISHES = ("/v2/publish/", "/v2/enqueue/", "/v2/batch")
+
+
+def _first_message_id(response: httpx.Response) -> str:
+    try:
+        answer = json.loads(response.content)
+    except ValueError:
+        return "?"
+    first = answer[0] if isinstance(answer, list) and answer else answer
+    found = first.get("messageId") if isinstance(first, dict) else None
+    return found if isinstance(found, str) else "?"
 
 
 class ApiGateway:
@@ -36,6 +51,10 @@ class ApiGateway:
         self.calls: deque[ApiCall] = deque(maxlen=API_CALLS_KEPT)
         #: DLQ entries the test has read (``qstash.dlq``, or the DLQ through the API).
         self.dlq_read: set[str] = set()
+        # A simulation's lost answers: how often each publish was sent, and what puts the
+        # SDK's retry sleeps back.
+        self._sent: dict[str, int] = {}
+        self._restore_sleeps: Callable[[], None] | None = None
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         store = self._store
@@ -56,6 +75,8 @@ class ApiGateway:
         self.calls.append(
             ApiCall(*sent(kept), at_ms, response.status_code, response.headers, response.content)
         )
+        if store.simulation is not None and response.status_code < 300:
+            self._lose_answer(request, path, response)
         if (
             request.method == "GET"
             and response.status_code == 200
@@ -63,6 +84,39 @@ class ApiGateway:
         ):
             self.mark_dlq_read(store.dlq)  # listed (or fetched) through the API
         return response
+
+    def _lose_answer(self, request: httpx.Request, path: str, response: httpx.Response) -> None:
+        """A simulation's ``publish_lost_answer``: the publish is stored, its answer is not
+        delivered (the client sees a network error), where the SDK will send it again.
+        Workflow runs' own publishes are left alone (a step's result is another protocol)."""
+        simulation = self._store.simulation
+        if (
+            simulation is None
+            or request.method != "POST"
+            or not path.startswith(_PUBLISHES)
+            or any(name.lower().startswith("upstash-workflow-") for name in request.headers)
+        ):
+            return
+        # What was sent, and how many times: the key a shrunk schedule keeps, the same
+        # whether or not an earlier publish's answer was lost.
+        sent = hashlib.sha256(f"{path}\n".encode() + request.content).hexdigest()[:16]
+        count = self._sent[sent] = self._sent.get(sent, 0) + 1
+        if not sdk_retries.will_retry():
+            return
+        message_id = _first_message_id(response)
+        if simulation.loses_answer(f"{sent}:{count}", message_id, self._store.clock.now_ms):
+            if self._restore_sleeps is None:
+                self._restore_sleeps = sdk_retries.instant_sleeps()
+            raise httpx.ReadError(
+                "the answer was lost on its way back (simulated: the publish was stored)",
+                request=request,
+            )
+
+    def close(self) -> None:
+        """The fake stopped: the SDK's retry sleeps are real ones again."""
+        if self._restore_sleeps is not None:
+            restore, self._restore_sleeps = self._restore_sleeps, None
+            restore()
 
     def mark_dlq_read(self, dlq_ids: Iterable[str]) -> None:
         read = self.dlq_read
