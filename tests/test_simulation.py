@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from qstash import QStash
 
 from pytest_qstash import FakeQStash
+from pytest_qstash.engine.simulation import Simulation
 
 APP = "https://app.test"
 
@@ -193,7 +194,8 @@ def test_only_keeps_just_the_decisions_named() -> None:
     kept = full.simulation.injected[-1]
     inbox = Inbox()
     with FakeQStash(seed="simulation", start="2026-01-01T00:00:00Z") as qstash:
-        simulation = qstash.simulate(11, only=[kept.key])
+        simulation = Simulation(11, only=[kept.key])
+        qstash.store.simulate(simulation)
         qstash.mount(APP, inbox)
         busy(qstash, _client())
     assert [(f.kind, f.key) for f in simulation.injected] == [(kept.kind, kept.key)]

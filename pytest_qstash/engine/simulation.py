@@ -40,6 +40,9 @@ from .models import Message, ms_to_datetime
 
 #: Every fault kind a simulation can inject, in the order the docs describe them.
 FAULT_KINDS = ("duplicate", "lost_ack", "reorder", "publish_lost_answer")
+#: What a server simulates: whether an HTTP client will send a publish again is the client's
+#: own business there, so a lost publish answer is an in-process fault only.
+OVER_HTTP = ("duplicate", "lost_ack", "reorder")
 #: The chance of each decision going the faulty way.
 FAULT_RATE = 0.3
 #: Where a promoted delivery ranks among the events due at its moment: before all others.
@@ -56,6 +59,13 @@ def fault_kinds(faults: Iterable[str] | None) -> tuple[str, ...]:
         return FAULT_KINDS
     if isinstance(faults, str):
         faults = [part.strip() for part in faults.split(",") if part.strip()]
+    if not isinstance(faults, (list, tuple, set, frozenset)) or not all(
+        isinstance(kind, str) for kind in faults
+    ):
+        raise UnknownFault(
+            f"invalid faults {faults!r}: expected a list of fault kinds, some of "
+            f"{', '.join(FAULT_KINDS)}"
+        )
     chosen = tuple(dict.fromkeys(faults))
     unknown = [kind for kind in chosen if kind not in FAULT_KINDS]
     if unknown or not chosen:
@@ -64,6 +74,18 @@ def fault_kinds(faults: Iterable[str] | None) -> tuple[str, ...]:
             f"unknown fault kind(s) {named}: expected some of {', '.join(FAULT_KINDS)}"
         )
     return chosen
+
+
+def over_http(kinds: tuple[str, ...]) -> tuple[str, ...]:
+    """``kinds`` for a server, checked: ``UnknownFault`` for one only a fake in the test's own
+    process can inject."""
+    local = [kind for kind in kinds if kind not in OVER_HTTP]
+    if local:
+        raise UnknownFault(
+            f"{', '.join(local)} is simulated in-process only (a server cannot tell whether a "
+            f"client will send a publish again): expected some of {', '.join(OVER_HTTP)}"
+        )
+    return kinds
 
 
 def check_seed(seed: object, what: str = "simulate_seed") -> int:

@@ -136,6 +136,18 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--start", help="where the clock starts (ISO 8601; default now)")
     serve.add_argument("--seed", default="0", help="seed of the generated ids (default 0)")
     serve.add_argument(
+        "--simulate",
+        metavar="SEED",
+        help="inject the faults QStash's at-least-once contract allows (duplicates, lost "
+        "acknowledgements, reordering) on the schedule of this integer seed; the same seed "
+        "gives the same faults for the same sequence of requests",
+    )
+    serve.add_argument(
+        "--faults",
+        metavar="KIND[,KIND]",
+        help="the fault kinds --simulate injects (default all): duplicate, lost_ack, reorder",
+    )
+    serve.add_argument(
         "--plan",
         default=DEFAULT_PLAN,
         help=f"the QStash plan whose limits apply: {', '.join(PLANS)} (default {DEFAULT_PLAN}); "
@@ -256,6 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         mounts = tuple(_mount_option(option) for option in args.mount)
+        simulate, faults = _simulation_options(args)
     except ValueError as exc:
         print(f"pytest-qstash serve: {exc}", file=sys.stderr)
         return 2
@@ -280,6 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         retention=args.retention == "on",
         mounts=merge_redirects((), mounts),
         region=region,
+        simulate=simulate,
+        faults=faults,
     )
     given = {
         "token": args.token or env.get("QSTASH_TOKEN"),
@@ -355,3 +370,20 @@ def _modes(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[bool, str 
             )
     region = region_named(args.region).name if args.region is not None else None
     return dev, region
+
+
+def _simulation_options(args: argparse.Namespace) -> tuple[int | None, tuple[str, ...] | None]:
+    """``--simulate`` and ``--faults``, checked (``ValueError`` naming the bad one)."""
+    if args.simulate is None and args.faults is None:
+        return None, None
+    from ..engine.simulation import check_seed, fault_kinds, over_http
+
+    if args.simulate is None:
+        raise ValueError("--faults picks the kinds --simulate injects: give --simulate SEED too")
+    seed = check_seed(args.simulate, "--simulate")
+    if args.faults is None:
+        return seed, None
+    try:
+        return seed, over_http(fault_kinds(args.faults))
+    except ValueError as exc:
+        raise ValueError(f"invalid --faults={args.faults!r}: {exc}") from None

@@ -33,7 +33,8 @@ def qstash_server_options() -> dict[str, Any]:
     configured by ``QSTASH_DEV=true`` alone; the tests get ``QSTASH_DEV`` and
     ``QSTASH_DEV_PORT``), ``region`` (``"us-east-1"`` or ``"eu-central-1"``: deliveries
     carry ``Upstash-Region``; the tests get ``QSTASH_REGION`` and the region's variables),
-    ``args`` (more ``serve`` options)."""
+    ``simulate`` (a seed: the server injects the faults QStash's at-least-once contract allows
+    on its schedule; ``faults`` picks kinds), ``args`` (more ``serve`` options)."""
     return {}
 
 

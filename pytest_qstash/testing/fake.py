@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -254,23 +254,16 @@ class FakeQStash(ClockMoves, Inspection, PythonVerbs):
         raise SettingError("region")
 
     # -- simulation: the faults QStash's contract allows, on a seed ---------------------------
-    def simulate(
-        self,
-        seed: int,
-        faults: Iterable[str] | None = None,
-        *,
-        only: Collection[str] | None = None,
-    ) -> Simulation:
+    def simulate(self, seed: int, faults: Iterable[str] | None = None) -> Simulation:
         """From now on, do what QStash's at-least-once contract allows, on the schedule of
         ``seed``: deliver an acknowledged message once more (``duplicate``), lose an app's
         2xx so the attempt is retried (``lost_ack``), deliver a message due at the same
         moment as earlier ones before them (``reorder``), store a publish but lose its answer
         where the SDK will send it again (``publish_lost_answer``). ``faults`` picks kinds
-        (default all); ``only`` keeps just the decisions of those keys (``InjectedFault.key``: a
-        shrunk schedule). The same seed and the same test inject the same faults. What
+        (default all). The same seed and the same test inject the same faults. What
         ``@pytest.mark.qstash(simulate=N)`` does for a test; ``ValueError`` for an unknown
         kind or a seed that is not an integer."""
-        simulation = Simulation(seed, faults, only=only)
+        simulation = Simulation(seed, faults)
         self.store.simulate(simulation)
         return simulation
 

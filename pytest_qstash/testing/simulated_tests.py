@@ -197,8 +197,11 @@ def schedule_for(request: pytest.FixtureRequest) -> Schedule | None:
 
 def start(schedule: Schedule, fake: Any) -> None:
     """Put the test's fake under its schedule (the fixture calls this before the fake
-    starts)."""
-    schedule.latest = fake.simulate(schedule.seed, schedule.faults, only=schedule.only)
+    starts): the whole of it, or only the decisions a shrinking re-run keeps."""
+    from ..engine.simulation import Simulation
+
+    schedule.latest = Simulation(schedule.seed, schedule.faults, only=schedule.only)
+    fake.store.simulate(schedule.latest)
 
 
 # -- running a simulated item: once, and again while shrinking ------------------------------

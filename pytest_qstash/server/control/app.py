@@ -36,6 +36,7 @@ from ...delivery.mounts import Redirect, check_redirect, merge_redirects, mount_
 from ...engine.models import Delivery
 from ...engine.plans import DEFAULT_PLAN, PLANS, plan_named
 from ...engine.provisioned import carry_over, keep_names
+from ...engine.simulation import OVER_HTTP
 from ...testing.fake import FakeQStash
 from ...wire._http import request_path
 from ...wire.api import same_token
@@ -84,6 +85,10 @@ class ServerSettings:
     mounts: tuple[Redirect, ...] = ()
     #: The region deliveries are marked with (``us-east-1``), or None.
     region: str | None = None
+    #: The seed of the fault schedule every fake of this server runs under (``--simulate``),
+    #: and its fault kinds (None: all); None: QStash's happy path.
+    simulate: int | None = None
+    faults: tuple[str, ...] | None = None
 
 
 def build_fake(
@@ -114,6 +119,8 @@ def build_fake(
         region=settings.region,
     )
     fake.sender.network = True  # the user runs a server: unmounted URLs are real endpoints
+    if settings.simulate is not None:  # a reset's fresh fake runs under the same schedule
+        fake.simulate(settings.simulate, settings.faults or OVER_HTTP)
     return fake
 
 
@@ -351,7 +358,10 @@ class QStashServerApp:
                 + ", ".join(known),
             )
         args = verb.arguments(_json_body(request) if method != "GET" else {})
-        return httpx.Response(200, json=await verb.run(self, args))
+        answer = await verb.run(self, args)
+        # ``json=None`` would send no body at all: a verb answering null says so.
+        body = json.dumps(answer, ensure_ascii=False, separators=(",", ":")).encode()
+        return httpx.Response(200, content=body, headers=_JSON)
 
     @property
     def mounts(self) -> list[dict[str, str]]:

@@ -287,6 +287,21 @@ class Client:
     def clear_faults(self) -> None:
         self._verb("clear_faults")
 
+    def simulate(self, seed: int, faults: list[str] | None = None) -> dict[str, Any]:
+        """Inject the faults QStash's at-least-once contract allows (``duplicate``,
+        ``lost_ack``, ``reorder``; ``faults`` picks some) on the schedule of ``seed``, until
+        the next reset (``serve --simulate`` keeps one across resets). Answers the simulation:
+        its ``seed``, ``faults`` and the faults ``injected``."""
+        answer: dict[str, Any] = self._verb("simulate", seed=seed, faults=faults)
+        return answer
+
+    @property
+    def simulation(self) -> dict[str, Any] | None:
+        """The simulation the server runs under (``seed``, ``faults``, every fault
+        ``injected`` so far: kind, message id, time, description), or None."""
+        answer: dict[str, Any] | None = self._verb("simulation")
+        return answer
+
     @verb(Trigger)
     def trigger(self, call: Trigger) -> str:
         """Start an Upstash Workflow run at ``url``; returns its run id. The arguments are

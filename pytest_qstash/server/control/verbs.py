@@ -181,6 +181,39 @@ async def _unmount(host: Host, args: dict[str, Any]) -> Any:
     return {"removed": host.unmount(args["prefix"])}
 
 
+def simulation_json(simulation: Any) -> dict[str, Any] | None:
+    """A simulation as the control API answers it (None outside simulation)."""
+    if simulation is None:
+        return None
+    return {
+        "seed": simulation.seed,
+        "faults": list(simulation.kinds),
+        "injected": [
+            {
+                "kind": fault.kind,
+                "message_id": fault.message_id,
+                "at": fault.at.isoformat(),
+                "description": fault.description,
+                "key": fault.key,
+            }
+            for fault in simulation.injected
+        ],
+    }
+
+
+async def _simulate(host: Host, args: dict[str, Any]) -> Any:
+    from ...engine.simulation import OVER_HTTP, check_seed, fault_kinds, over_http
+
+    seed = check_seed(args["seed"], "seed")
+    faults = args["faults"]
+    kinds = OVER_HTTP if faults is None else over_http(fault_kinds(faults))
+    return simulation_json(host.fake.simulate(seed, kinds))
+
+
+async def _simulation(host: Host, args: dict[str, Any]) -> Any:
+    return simulation_json(host.fake.simulation)
+
+
 async def _report(host: Host, args: dict[str, Any]) -> Any:
     mark = args["since"]
     since = None if mark is None else reports.Mark.read(mark)
@@ -234,6 +267,20 @@ VERBS: dict[str, Verb] = {
             _calling("fail_next", _fault),
         ),
         Verb("clear_faults", (), "disarms the faults not fired yet", _clear_faults),
+        Verb(
+            "simulate",
+            (Arg("seed", required=True), Arg("faults")),
+            "injects the faults QStash's at-least-once contract allows, on a seed, until a "
+            "reset; answers the simulation",
+            _simulate,
+        ),
+        Verb(
+            "simulation",
+            (),
+            "the seed and fault kinds simulated, and every fault injected so far (null: none)",
+            _simulation,
+            "GET",
+        ),
         Verb(
             "redeliver",
             (Arg("message_id", required=True),),

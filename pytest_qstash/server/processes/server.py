@@ -63,13 +63,17 @@ class ServerProcess(Client):
         timeout: float = 30.0,
         dev: bool = False,
         region: str | None = None,
+        simulate: int | None = None,
+        faults: list[str] | tuple[str, ...] | None = None,
     ) -> ServerProcess:
         """``attempt_timeout``: the real-time bound on one delivery attempt (seconds or a
         duration such as ``"500ms"``; the server's default is 30 s). ``retention``: whether
         the plan's retention forgets old records (``serve --retention on|off``; None: the
         server's default, on). ``dev``: dev mode (Upstash's public dev credentials; ``env``
         adds ``QSTASH_DEV`` and ``QSTASH_DEV_PORT``). ``region``: deliveries marked with it
-        (``env`` adds ``QSTASH_REGION`` and the region's variables)."""
+        (``env`` adds ``QSTASH_REGION`` and the region's variables). ``simulate``: a seed;
+        the server injects the faults QStash's at-least-once contract allows on its schedule
+        (``faults`` picks kinds)."""
         if retention is not None and not isinstance(retention, bool):
             raise TypeError(f"invalid retention={retention!r}: expected True or False")
         wanted = [*ENV_NAMES, *(DEV_ENV_NAMES if dev else ())]
@@ -93,6 +97,8 @@ class ServerProcess(Client):
             *([f"--retention={'on' if retention else 'off'}"] if retention is not None else []),
             *(["--dev"] if dev else []),
             *([f"--region={region}"] if region is not None else []),
+            *([f"--simulate={simulate}"] if simulate is not None else []),
+            *([f"--faults={','.join(faults)}"] if faults is not None else []),
             *args,
         ]
         # Dev mode is asked for by ``dev`` alone: a QSTASH_DEV of the calling process (an app's
