@@ -12,7 +12,7 @@ import httpx
 import pytest
 from node_support import NODE_DIR, node_packages
 
-from pytest_qstash.server import ServerProcess
+from pytest_qstash.server import AppProcess, ServerProcess
 from pytest_qstash.server.processes.node import NodeApp
 
 
@@ -23,7 +23,7 @@ def server() -> Iterator[ServerProcess]:
 
 
 @pytest.fixture(scope="module")
-def env_app(server: ServerProcess) -> Iterator[NodeApp]:
+def env_app(server: ServerProcess) -> Iterator[AppProcess]:
     node_packages()
     with NodeApp.start_script(NODE_DIR / "env_app.mjs", cwd=NODE_DIR, env=server.env) as app:
         yield app
@@ -34,7 +34,7 @@ def _hooks(http: httpx.Client) -> list[dict[str, Any]]:
 
 
 def test_a_typescript_app_sees_a_duplicate_and_verifies_it(
-    server: ServerProcess, env_app: NodeApp
+    server: ServerProcess, env_app: AppProcess
 ) -> None:
     with httpx.Client(base_url=env_app.url, timeout=30, trust_env=False) as http:
         for seed in range(30):
