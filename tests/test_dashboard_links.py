@@ -72,3 +72,32 @@ def test_a_publish_that_began_a_run_and_the_run_link_each_other(qstash: FakeQSta
     assert dashboard_links.links(qstash, "messages", publish)["started_run"] == run.run_id
     assert dashboard_links.links(qstash, "runs", run)["started_by"] == publish.message_id
     assert publish.message_id not in dashboard_links.links(qstash, "runs", run)["messages"]
+
+
+def test_a_message_a_simulation_touched_lists_its_faults(qstash: FakeQStash) -> None:
+    from qstash import QStash
+
+    qstash.mount("https://shop.test", lambda request: httpx.Response(200))
+    client = QStash(qstash.token, retry=False)
+    for seed in range(40):
+        simulation = qstash.simulate(seed, ["duplicate"])
+        message_id = client.message.publish(url="https://shop.test/charge", body=str(seed))
+        qstash.drain()
+        links = dashboard_links.links(qstash, "messages", qstash.messages[-1])
+        if simulation.injected:
+            [fault] = links["faults"]
+            assert fault["kind"] == "duplicate"
+            assert fault["message"] == message_id.message_id
+            assert "delivered once more" in fault["description"]
+            return
+        assert links["faults"] == []
+    raise AssertionError("no seed of 40 duplicated the delivery")
+
+
+def test_outside_simulation_nothing_is_listed_as_a_fault(qstash: FakeQStash) -> None:
+    qstash.mount("https://shop.test", _route)
+    qstash.trigger(FLOW, {"order": 7})
+    qstash.tick()
+    [run] = qstash.runs
+    assert dashboard_links.links(qstash, "runs", run)["faults"] == []
+    assert dashboard_links.links(qstash, "messages", qstash.messages[0])["faults"] == []

@@ -1,7 +1,8 @@
 """What an opened item of the dashboard links to: a message's DLQ entry, the copy a DLQ retry
 made of it and the message it was made from, its log lines, its callbacks and its workflow
 run; a run's messages, waiters, the runs it invoked and the run that invoked it; a schedule's
-messages. Links are ids (the page turns them into its URLs, ``#messages/<id>``...).
+messages; the faults a simulation injected on a message or a run's messages. Links are ids
+(the page turns them into its URLs, ``#messages/<id>``...).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def _message(fake: FakeQStash, message: Message) -> dict[str, Any]:
         "started_run": message.started_run_id,
         "schedule": message.schedule_id,
         "log": log[-MAX_LINKS:],
+        "faults": _faults(fake, {own}),
     }
 
 
@@ -99,7 +101,27 @@ def _run(fake: FakeQStash, run: WorkflowRun) -> dict[str, Any]:
         "invoker": run.invoker.run_id if run.invoker is not None else None,
         "dlq": run.dlq_id,
         "resumed_from": run.resumed_from,
+        "faults": _faults(
+            fake, {m.message_id for m in store.messages.values() if m.workflow_run_id == own}
+        ),
     }
+
+
+def _faults(fake: FakeQStash, message_ids: set[str]) -> list[dict[str, Any]]:
+    """The faults a simulation injected on these messages (``serve --simulate``), in order."""
+    simulation = fake.simulation
+    if simulation is None:
+        return []
+    return [
+        {
+            "kind": fault.kind,
+            "message": fault.message_id,
+            "time": records.iso_time(fault.at),
+            "description": fault.description,
+        }
+        for fault in simulation.injected
+        if fault.message_id in message_ids
+    ][:MAX_LINKS]
 
 
 def _schedule(fake: FakeQStash, schedule: Schedule) -> dict[str, Any]:

@@ -403,6 +403,11 @@ function related(pairs) {
   return shown.length ? `<dl class="links">${shown.map(([name, html]) => `<dt>${esc(name)}</dt><dd>${html}</dd>`).join("")}</dl>` : "";
 }
 
+// The faults a simulation (serve --simulate) injected on an item, one line each.
+function faults(list, withMessage) {
+  return (list || []).map((f) => `${badge(f.kind)} ${time(f.time)}${withMessage ? ` ${link("messages", f.message)}` : ""} ${esc(f.description)}`).join("<br>");
+}
+
 const DETAILS = {
   messages: (m, links) => {
     const allowed = m.max_retries + 1;
@@ -411,7 +416,7 @@ const DETAILS = {
     return `<h2><span class="mono">${esc(m.message_id)}</span> ${badge(m.state)} ${labels(m.label ? m.label.split(",") : [])}</h2>
       <p>${esc(m.method)} ${esc(m.url)} · created ${time(m.created_at)}${m.done ? "" : ` · due ${time(m.not_before)}`} · ${esc(m.deliveries.length)} of ${esc(allowed)} attempts ${redeliver}</p>
       ${related([["DLQ entry", linkList("dlq", links.dlq)], ["retry of", link("messages", links.retried_from)], ["retried as", linkList("messages", links.retried_as)],
-        ["callback for", link("messages", links.callback_for)], ["callbacks", linkList("messages", links.callbacks)], ["workflow run", link("runs", links.run)], ["began run", link("runs", links.started_run)], ["schedule", link("schedules", links.schedule)]])}
+        ["callback for", link("messages", links.callback_for)], ["callbacks", linkList("messages", links.callbacks)], ["workflow run", link("runs", links.run)], ["began run", link("runs", links.started_run)], ["schedule", link("schedules", links.schedule)], ["simulated faults", faults(links.faults, false)]])}
       <h3>${m.deliveries.length} attempt(s)</h3>${m.deliveries.slice().reverse().map((d) => attempt(d, allowed)).join("") || '<p class="empty">not attempted yet</p>'}
       <details><summary>published headers</summary>${headers(m.headers)}</details><div>body: ${body(m.body)}</div>
       <h3>Log</h3>${log ? table(["time", "state", "answer"], log) : '<p class="empty">nothing logged</p>'}`;
@@ -425,7 +430,7 @@ const DETAILS = {
     const row = { ...run, failing: opened.failing, steps_total: run.steps.length };
     const waiters = (links.waiters || []).map((w) => `${esc(w.step_name)} waits for <span class="mono">${esc(w.event_id)}</span> until ${time(w.deadline)}`).join("<br>");
     return `${runCard(row)}${related([["invoked by", link("runs", links.invoker)], ["invoked", linkList("runs", links.invoked)], ["waiting for", waiters],
-      ["DLQ entry", link("dlq", links.dlq)], ["resumes", link("dlq", links.resumed_from)], ["begun by", link("messages", links.started_by)], ["messages", linkList("messages", links.messages)]])}
+      ["DLQ entry", link("dlq", links.dlq)], ["resumes", link("dlq", links.resumed_from)], ["begun by", link("messages", links.started_by)], ["messages", linkList("messages", links.messages)], ["simulated faults", faults(links.faults, true)]])}
       <details><summary>steps and their results</summary>${table(["#", "name", "type", "result"], run.steps.map((s) => `<tr><td>${esc(s.step_id)}</td><td>${esc(s.name)}</td><td>${esc(s.type)}</td><td><code>${esc(JSON.stringify(s.out))}</code></td></tr>`).join(""))}</details>
       <div>body: ${body(run.body)}</div>`;
   },
