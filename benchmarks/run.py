@@ -79,7 +79,7 @@ def main() -> int:
         help="profile publish + deliver (default) or a 50-step workflow run, judge nothing",
     )
     parser.add_argument(
-        "--only", metavar="N", action="append", help="run only budget N (1-11; repeatable)"
+        "--only", metavar="N", action="append", help="run only budget N (1-12; repeatable)"
     )
     args = parser.parse_args()
     if args.profile:

@@ -218,7 +218,8 @@ def test_outside_simulation_there_is_none_and_bad_arguments_say_what_is_accepted
 # -- publish_lost_answer: the SDK sends a stored publish again ------------------------------
 def _signup_app(dedup: bool) -> FastAPI:
     app = FastAPI()
-    client = QStash(os.environ["QSTASH_TOKEN"])  # the SDK's default: 5 retries, with backoff
+    # The SDK retries network errors; a minute between tries, so that a real sleep shows.
+    client = QStash(os.environ["QSTASH_TOKEN"], retry={"retries": 3, "backoff": lambda n: 60_000})
 
     @app.post("/signup/{user}")
     def signup(user: str) -> dict[str, str]:
@@ -243,7 +244,7 @@ def test_a_lost_publish_answer_is_sent_again_by_the_sdk(dedup: bool) -> None:
             if lost:
                 found.append(seed)
                 assert {f.kind for f in simulation.injected} == {"publish_lost_answer"}
-                assert took < 1  # the SDK's retry sleeps are instant meanwhile
+                assert took < 30  # the SDK's minute-long retry sleeps are instant meanwhile
             # Without a deduplication id each retry is one more message; with one, QStash's
             # deduplication answers them and there is one.
             expected = 1 if dedup else 1 + lost
@@ -259,3 +260,63 @@ def test_no_answer_is_lost_where_the_sdk_would_not_send_again() -> None:
             _client().message.publish(url=f"{APP}/welcome", body="x")  # retry=False
             assert simulation.injected == []
             assert len(qstash.messages) == 1
+
+
+# -- step_retry: a workflow step runs again ---------------------------------------------------
+def _welcome_workflow(sent: list[str], *, idempotent: bool) -> FastAPI:
+    from upstash_workflow import AsyncWorkflowContext
+    from upstash_workflow.fastapi import Serve
+
+    app = FastAPI()
+    serve = Serve(app)
+    done: set[str] = set()
+
+    @serve.post("/signup")
+    async def signup(context: AsyncWorkflowContext[dict[str, str]]) -> None:
+        user = context.request_payload["user"]
+
+        async def send_welcome() -> str:
+            key = f"{context.workflow_run_id}:welcome"  # the step's idempotency key
+            if idempotent and key in done:
+                return "already sent"
+            done.add(key)
+            sent.append(user)
+            return "sent"
+
+        await context.run("send welcome email", send_welcome)
+
+        async def finish() -> str:
+            return "ok"
+
+        await context.run("finish", finish)
+
+    return app
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_step_retry_runs_a_step_again_and_the_run_still_succeeds(idempotent: bool) -> None:
+    found, twice = [], []
+    for seed in range(40):
+        sent: list[str] = []
+        with FakeQStash(seed="steps", start="2026-01-01T00:00:00Z") as qstash:
+            simulation = qstash.simulate(seed, ["step_retry"])
+            qstash.mount(APP, _welcome_workflow(sent, idempotent=idempotent))
+            qstash.trigger(f"{APP}/signup", {"user": "ann"})
+            qstash.drain()
+            assert [run.state for run in qstash.runs] == ["RUN_SUCCESS"]
+            [run] = qstash.runs
+            assert [s.name for s in run.steps][-2:] == ["send welcome email", "finish"]
+            if simulation.injected:
+                found.append(seed)
+                assert {f.kind for f in simulation.injected} == {"step_retry"}
+                failed = [c for c in qstash.api_calls if c.error is not None]
+                assert failed  # the step results the SDK tried to publish, refused
+            if idempotent or not simulation.injected:
+                assert sent == ["ann"]
+            else:  # each fault re-runs the step its delivery ran: the email's, or "finish"
+                assert set(sent) == {"ann"}
+                assert 1 <= len(sent) <= 1 + len(simulation.injected)
+                if len(sent) > 1:
+                    twice.append(seed)
+    assert found
+    assert bool(twice) != idempotent  # the email sent twice, unless keyed on the run

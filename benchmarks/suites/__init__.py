@@ -13,6 +13,7 @@ from . import (
     peers,
     scaling,
     server_mode,
+    simulation,
     startup,
     workflows,
 )
@@ -28,4 +29,5 @@ SUITES = (
     data_dir,
     scaling,
     startup,
+    simulation,
 )

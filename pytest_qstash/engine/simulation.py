@@ -14,15 +14,19 @@ publish order (docs: "Deduplication", "Retries", "Ordering" under QStash's featu
 - ``reorder``: of the messages due at the same moment, one published later is delivered first.
   A queue of parallelism 1 (or a flow-control key's) still delivers in order: its admission
   holds the later message, whatever the order they come due in;
-- ``publish_lost_answer``: a publish (enqueue, batch, workflow trigger) is stored, but its
-  answer never reaches the client, which sees a network error. Only where the official SDK
-  will send it again (the API layer asks): without a deduplication id, that retry is a second
-  message; with one, QStash's deduplication answers it.
+- ``publish_lost_answer``: a publish (enqueue, batch) is stored, but its answer never reaches
+  the client, which sees a network error. Only where the official SDK will send it again (the
+  API layer asks): without a deduplication id, that retry is a second message; with one,
+  QStash's deduplication answers it;
+- ``step_retry``: a workflow step ran in the app, but its result never reached QStash (each try
+  the SDK makes during that delivery fails on the network), so the delivery fails and QStash
+  calls the same step again: the step's function runs twice. Only where the delivery has a
+  retry left.
 
 Every decision is drawn from the seed and the decision's own key (the fault kind, the message
 id, the attempt), never from a shared sequence: leaving one fault out (shrinking a failing
-schedule) leaves every other decision as it was. Workflow runs' own messages get only
-``reorder`` for now (a step's result delivered twice is another protocol's question).
+schedule) leaves every other decision as it was. A workflow run's own messages are never
+duplicated nor their answers lost: what happens to a run is ``step_retry``'s, in its protocol.
 """
 
 from __future__ import annotations
@@ -39,12 +43,14 @@ from .clock import DueEvent
 from .models import Message, ms_to_datetime
 
 #: Every fault kind a simulation can inject, in the order the docs describe them.
-FAULT_KINDS = ("duplicate", "lost_ack", "reorder", "publish_lost_answer")
-#: What a server simulates: whether an HTTP client will send a publish again is the client's
-#: own business there, so a lost publish answer is an in-process fault only.
+FAULT_KINDS = ("duplicate", "lost_ack", "reorder", "publish_lost_answer", "step_retry")
+#: What a server simulates: the SDK's retries of a publish (what a lost publish answer, or a
+#: step result that never arrives, depends on) happen in the client's own process there.
 OVER_HTTP = ("duplicate", "lost_ack", "reorder")
-#: The chance of each decision going the faulty way.
-FAULT_RATE = 0.3
+#: The chance of each decision going the faulty way: a schedule of a test delivering ten
+#: messages holds a few faults (each one found within 50 seeds all but surely), not so many
+#: that every schedule costs twice a plain run.
+FAULT_RATE = 0.2
 #: Where a promoted delivery ranks among the events due at its moment: before all others.
 _FIRST = -(1 << 62)
 
@@ -82,8 +88,8 @@ def over_http(kinds: tuple[str, ...]) -> tuple[str, ...]:
     local = [kind for kind in kinds if kind not in OVER_HTTP]
     if local:
         raise UnknownFault(
-            f"{', '.join(local)} is simulated in-process only (a server cannot tell whether a "
-            f"client will send a publish again): expected some of {', '.join(OVER_HTTP)}"
+            f"{', '.join(local)} is simulated in-process only (it rests on the SDK's own "
+            f"retries, in the client's process): expected some of {', '.join(OVER_HTTP)}"
         )
     return kinds
 
@@ -201,6 +207,24 @@ class Simulation:
             "the SDK sends it again"
         )
         self.injected.append(InjectedFault("publish_lost_answer", message_id, now_ms, text, key))
+        return True
+
+    def loses_step_result(self, message: Message, now_ms: int) -> bool:
+        """Whether the step results the app publishes while ``message`` (a workflow run's)
+        is delivered never reach QStash, so that its delivery fails and the step runs again.
+        Asked at each result published; decided once per attempt."""
+        if message.workflow_run_id is None or message.retried >= message.max_retries:
+            return False
+        key = f"step_retry:{message.message_id}:{message.retried}"
+        if any(fault.key == key for fault in self.injected):
+            return True
+        if not self._picks("step_retry", key):
+            return False
+        text = (
+            f"the step run by this delivery of run {message.workflow_run_id} never got its "
+            "result to QStash: the delivery fails and the same step runs again"
+        )
+        self._inject("step_retry", message, now_ms, key, text)
         return True
 
     def rank(self, event: DueEvent, pending: Iterable[DueEvent]) -> int:

@@ -258,7 +258,8 @@ class FakeQStash(ClockMoves, Inspection, PythonVerbs):
         """From now on, do what QStash's at-least-once contract allows, on the schedule of
         ``seed``: deliver an acknowledged message once more (``duplicate``), lose an app's
         2xx so the attempt is retried (``lost_ack``), deliver a message due at the same
-        moment as earlier ones before them (``reorder``), store a publish but lose its answer
+        moment as earlier ones before them (``reorder``), run a workflow step again as if its
+        result had not reached QStash (``step_retry``), store a publish but lose its answer
         where the SDK will send it again (``publish_lost_answer``). ``faults`` picks kinds
         (default all). The same seed and the same test inject the same faults. What
         ``@pytest.mark.qstash(simulate=N)`` does for a test; ``ValueError`` for an unknown

@@ -65,8 +65,10 @@ class ApiGateway:
             return (request.method, path, request.url, request.headers, content)
 
         try:
+            if store.simulation is not None:
+                self._drop_step_result(request, path)
             response = api.handle(store, request, self.faults, self._dispatcher.cause)
-        except Exception as exc:  # an injected network error: the client gets no answer
+        except Exception as exc:  # an injected network error (or a simulated one): no answer
             self.calls.append(
                 ApiCall(*sent(request.content), at_ms, None, error=f"{type(exc).__name__}: {exc}")
             )
@@ -111,6 +113,29 @@ class ApiGateway:
                 "the answer was lost on its way back (simulated: the publish was stored)",
                 request=request,
             )
+
+    def _drop_step_result(self, request: httpx.Request, path: str) -> None:
+        """A simulation's ``step_retry``: a step result the app publishes during a workflow
+        delivery never reaches QStash (each of the SDK's tries fails on the network)."""
+        simulation, cause = self._store.simulation, self._dispatcher.cause
+        run_id = cause.workflow_run_id if cause is not None else None
+        if (
+            simulation is None
+            or cause is None
+            or run_id is None
+            or request.method != "POST"
+            or not path.startswith(_PUBLISHES)
+        ):
+            return
+        # The run's own publish: its id in the headers (a publish) or in an item's (a batch).
+        if request.headers.get("upstash-workflow-runid") != run_id and (
+            run_id.encode() not in request.content
+        ):
+            return
+        if simulation.loses_step_result(cause, self._store.clock.now_ms):
+            if self._restore_sleeps is None:
+                self._restore_sleeps = sdk_retries.instant_sleeps()
+            raise httpx.ConnectError("simulated: the step's result never reached QStash")
 
     def close(self) -> None:
         """The fake stopped: the SDK's retry sleeps are real ones again."""

@@ -68,7 +68,7 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="N",
         default=None,
         help="run every test that uses the qstash fixture under N seeded fault schedules "
-        "(duplicates, lost acknowledgements, reordering, lost publish answers)",
+        "(duplicates, lost acknowledgements, reordering, steps run again, lost publish answers)",
     )
     group.addoption(
         "--qstash-simulate-seed",
