@@ -191,7 +191,7 @@ def test_only_keeps_just_the_decisions_named() -> None:
 
     full, _ = _run(11, ["duplicate", "lost_ack", "reorder"], busy)
     assert full.simulation is not None
-    kept = full.simulation.injected[-1]
+    kept = full.simulation.injected[0]  # the first depends on no other fault
     inbox = Inbox()
     with FakeQStash(seed="simulation", start="2026-01-01T00:00:00Z") as qstash:
         simulation = Simulation(11, only=[kept.key])

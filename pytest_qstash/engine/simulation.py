@@ -23,14 +23,18 @@ publish order (docs: "Deduplication", "Retries", "Ordering" under QStash's featu
   calls the same step again: the step's function runs twice. Only where the delivery has a
   retry left.
 
-Every decision is drawn from the seed and the decision's own key (the fault kind, the message
-id, the attempt), never from a shared sequence: leaving one fault out (shrinking a failing
-schedule) leaves every other decision as it was. A workflow run's own messages are never
+Every decision is drawn from the seed and the decision's own key (the fault kind, what the
+message is, the attempt), never from a shared sequence: leaving one fault out (shrinking a
+failing schedule) leaves every other decision as it was. A message is named in a key by what
+it is (its method, URL and body, and how many such were published before it), not by its id:
+ids come in sequence, so one extra message (a handler's second run publishing again) would
+rename every message after it and change their decisions. A workflow run's own messages are never
 duplicated nor their answers lost: what happens to a run is ``step_retry``'s, in its protocol.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -143,6 +147,9 @@ class Simulation:
         self.injected: list[InjectedFault] = []
         self._duplicated: set[str] = set()
         self._messages: Mapping[str, Message] = {}
+        #: What each message is, for the keys (``created``), and how many of each there were.
+        self._names: dict[str, str] = {}
+        self._seen: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return (
@@ -153,6 +160,18 @@ class Simulation:
     def bind(self, messages: Mapping[str, Message]) -> None:
         """The store's messages, which ``rank`` looks up (the store binds them)."""
         self._messages = messages
+
+    def created(self, message: Message) -> None:
+        """Name a new message by what it is: its method, URL and body, and how many messages
+        just like it came before (the store tells each, as it is created)."""
+        what = hashlib.sha256(
+            f"{message.method} {message.url}\n".encode() + message.content
+        ).hexdigest()[:16]
+        count = self._seen[what] = self._seen.get(what, 0) + 1
+        self._names[message.message_id] = f"{what}.{count}"
+
+    def _name(self, message_id: str) -> str:
+        return self._names.get(message_id, message_id)
 
     # -- the decisions -----------------------------------------------------------------------
     def _picks(self, kind: str, key: str) -> bool:
@@ -169,7 +188,7 @@ class Simulation:
             return result
         if message.retried >= message.max_retries:
             return result
-        key = f"lost_ack:{message.message_id}:{message.retried}"
+        key = f"lost_ack:{self._name(message.message_id)}:{message.retried}"
         if not self._picks("lost_ack", key):
             return result
         text = (
@@ -188,7 +207,7 @@ class Simulation:
             return False
         if message.message_id in self._duplicated:
             return False
-        key = f"duplicate:{message.message_id}"
+        key = f"duplicate:{self._name(message.message_id)}"
         if not self._picks("duplicate", key):
             return False
         self._duplicated.add(message.message_id)
@@ -215,7 +234,7 @@ class Simulation:
         Asked at each result published; decided once per attempt."""
         if message.workflow_run_id is None or message.retried >= message.max_retries:
             return False
-        key = f"step_retry:{message.message_id}:{message.retried}"
+        key = f"step_retry:{self._name(message.message_id)}:{message.retried}"
         if any(fault.key == key for fault in self.injected):
             return True
         if not self._picks("step_retry", key):
@@ -233,7 +252,7 @@ class Simulation:
         if event.kind != "deliver" or "reorder" not in self.kinds:
             return event.seq
         message = self._messages.get(event.target)
-        key = f"reorder:{event.target}:{event.generation}"
+        key = f"reorder:{self._name(event.target)}:{event.generation}"
         if message is None or not self._picks("reorder", key):
             return event.seq
         overtaken = [

@@ -197,6 +197,8 @@ class Store(RunVerbs, ResourceVerbs, PlanChecks, Admission):
             parent is not None and parent.from_schedule
         )
         self.messages[message.message_id] = message
+        if self.simulation is not None:
+            self.simulation.created(message)
         if callback_for is not None:
             self._callbacks_pending.setdefault(callback_for, set()).add(message.message_id)
         self.queues.join(queue, message.message_id, now)
