@@ -320,3 +320,27 @@ def test_step_retry_runs_a_step_again_and_the_run_still_succeeds(idempotent: boo
                     twice.append(seed)
     assert found
     assert bool(twice) != idempotent  # the email sent twice, unless keyed on the run
+
+
+def test_a_schedule_does_not_depend_on_when_the_test_runs() -> None:
+    # A replay runs on another day: bodies holding times (a callback's createdAt, the app's
+    # own timestamps) differ, and the faults must not.
+    def with_times(qstash: FakeQStash, client: QStash) -> None:
+        for n in range(6):
+            client.message.publish(
+                url=f"{APP}/{n % 2}",
+                body=f'{{"n": {n}, "at": "{qstash.now.isoformat()}"}}',
+                callback=f"{APP}/callback",
+            )
+            qstash.drain()
+
+    runs = []
+    for start in ("2026-01-01T00:00:00Z", "2031-07-15T12:34:56Z"):
+        inbox = Inbox()
+        with FakeQStash(seed="when", start=start) as qstash:
+            simulation = qstash.simulate(21)
+            qstash.mount(APP, inbox)
+            with_times(qstash, _client())
+        runs.append([(f.kind, f.key) for f in simulation.injected])
+    assert runs[0] == runs[1]
+    assert runs[0]  # seed 21 injects something here

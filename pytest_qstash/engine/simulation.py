@@ -25,16 +25,20 @@ publish order (docs: "Deduplication", "Retries", "Ordering" under QStash's featu
 
 Every decision is drawn from the seed and the decision's own key (the fault kind, what the
 message is, the attempt), never from a shared sequence: leaving one fault out (shrinking a
-failing schedule) leaves every other decision as it was. A message is named in a key by what
-it is (its method, URL and body, and how many such were published before it), not by its id:
-ids come in sequence, so one extra message (a handler's second run publishing again) would
-rename every message after it and change their decisions. A workflow run's own messages are never
+failing schedule) leaves every other decision as it was. A message is named in a key by where
+it goes (its method and URL, and how many went there before it; a callback by the message it
+reports on and whether that attempt succeeded), not by its id: ids come in sequence, so one
+extra message (a handler's second run publishing again) would rename every message after it
+and change their decisions. Never by its body: a body holding a time (a callback's
+``createdAt``, an app's own timestamps) differs from one run to the next, and a replay must
+inject the same faults. A workflow run's own messages are never
 duplicated nor their answers lost: what happens to a run is ``step_retry``'s, in its protocol.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -162,11 +166,15 @@ class Simulation:
         self._messages = messages
 
     def created(self, message: Message) -> None:
-        """Name a new message by what it is: its method, URL and body, and how many messages
-        just like it came before (the store tells each, as it is created)."""
-        what = hashlib.sha256(
-            f"{message.method} {message.url}\n".encode() + message.content
-        ).hexdigest()[:16]
+        """Name a new message by where it goes, and how many went there before it (the store
+        tells each, as it is created)."""
+        source = message.callback_for
+        if source is None:
+            where = f"{message.method} {message.url}"
+        else:
+            outcome = "ok" if _reports_success(message.content) else "failed"
+            where = f"{message.kind} of {self._name(source)} {outcome}"
+        what = hashlib.sha256(where.encode()).hexdigest()[:16]
         count = self._seen[what] = self._seen.get(what, 0) + 1
         self._names[message.message_id] = f"{what}.{count}"
 
@@ -267,3 +275,12 @@ class Simulation:
             text += f" them and {len(overtaken) - 3} more"
         self._inject("reorder", message, event.due_ms, key, text)
         return _FIRST + event.seq
+
+
+def _reports_success(content: bytes) -> bool:
+    """Whether a callback's body reports a 2xx attempt (its ``status``)."""
+    try:
+        status = json.loads(content).get("status")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(status, int) and 200 <= status < 300
