@@ -16,7 +16,7 @@ import os
 import sys
 import types
 import warnings
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -39,6 +39,8 @@ _CALL_FAILED_KEY = pytest.StashKey[bool]()
 _ROUTERS_KEY = pytest.StashKey[SessionRouters]()
 _INI_SETTINGS_KEY = pytest.StashKey[dict[str, Any]]()
 _APPS_OVERRIDDEN_KEY = pytest.StashKey[bool]()
+#: The fixture's two names.
+_FAKE_NAMES = frozenset({"qstash", "qstash_fake"})
 _STEPS_HELD_KEY = pytest.StashKey[bool]()
 
 #: Marker keywords: each is the FakeQStash keyword argument of the same name (but
@@ -180,23 +182,31 @@ def _header_parts(config: pytest.Config) -> list[str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    owners = _fixture_owners(config, items)
+    users = [
+        item
+        for item in items
+        if isinstance(item, pytest.Function)
+        and (_FAKE_NAMES & set(item.fixturenames) or item.get_closest_marker("qstash") is not None)
+    ]
+    if not users:  # a run that never uses the fake: nothing to look for
+        config.stash[_APPS_OVERRIDDEN_KEY] = False
+        return
+    owners = _fixture_owners(config, users)
     config.stash[_APPS_OVERRIDDEN_KEY] = any(_defines(o, "qstash_apps") for o in owners)
     # A test asking for ``qstash`` has the fake already, where that name is ours.
     ours = () if any(_defines(o, "qstash") for o in owners) else ("qstash",)
     # As time-machine's marker does: a marked test gets the fake, and the fake starts before
     # the test's other function fixtures (an app fixture calling QStash is answered).
-    for item in items:
+    for item in users:
         if (
-            isinstance(item, pytest.Function)
-            and item.get_closest_marker("qstash") is not None
+            item.get_closest_marker("qstash") is not None
             and "qstash_fake" not in item.fixturenames
             and not any(name in item.fixturenames for name in ours)
         ):
             item.fixturenames.insert(0, "qstash_fake")
 
 
-def _fixture_owners(config: pytest.Config, items: list[pytest.Item]) -> list[object]:
+def _fixture_owners(config: pytest.Config, items: Sequence[pytest.Item]) -> list[object]:
     """Where this run's fixtures may be defined, besides this plugin: the other plugins and
     conftests, and the collected tests' modules and classes."""
     owners: list[object] = [p for p in config.pluginmanager.get_plugins() if p is not _THIS]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -37,28 +36,35 @@ _ASKED_KEY = pytest.StashKey["Asked"]()
 _SCHEDULE_KEY = pytest.StashKey["Schedule"]()
 
 
-@dataclass(frozen=True)
 class Asked:
-    count: int = 0
-    seed: int | None = None
-    faults: tuple[str, ...] | None = None
+    """What the run asks for, checked at configure."""
+
+    __slots__ = ("count", "faults", "seed")
+
+    def __init__(
+        self, count: int = 0, seed: int | None = None, faults: tuple[str, ...] | None = None
+    ) -> None:
+        self.count = count
+        self.seed = seed
+        self.faults = faults
 
 
-@dataclass
 class Schedule:
-    """One simulated item's schedule, kept on the item across its re-runs."""
+    """One simulated item's schedule, kept on the item across its re-runs. (Plain classes
+    here, not dataclasses: this module loads in every pytest run.)"""
 
-    seed: int
-    faults: tuple[str, ...] | None
-    #: Decision keys allowed (a re-run while shrinking); None: the whole schedule.
-    only: frozenset[str] | None = None
-    #: The simulation of the item's latest run (set by the fixture).
-    latest: Simulation | None = None
-    #: What the first run injected (the schedule as the seed has it).
-    first: list[InjectedFault] | None = None
-    #: The smallest set of those that still fails, once shrunk.
-    shrunk: list[InjectedFault] | None = None
-    notes: list[str] = field(default_factory=list)
+    def __init__(self, seed: int, faults: tuple[str, ...] | None) -> None:
+        self.seed = seed
+        self.faults = faults
+        #: Decision keys allowed (a re-run while shrinking); None: the whole schedule.
+        self.only: frozenset[str] | None = None
+        #: The simulation of the item's latest run (set by the fixture).
+        self.latest: Simulation | None = None
+        #: What the first run injected (the schedule as the seed has it).
+        self.first: list[InjectedFault] | None = None
+        #: The smallest set of those that still fails, once shrunk.
+        self.shrunk: list[InjectedFault] | None = None
+        self.notes: list[str] = []
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -110,9 +116,9 @@ def _asked(config: pytest.Config) -> Asked:
     from ..engine.simulation import check_seed, fault_kinds
 
     return Asked(
-        count=asked.count,
-        seed=check_seed(seed, "--qstash-simulate-seed") if seed is not None else None,
-        faults=_faults(fault_kinds, faults, "--qstash-faults") if faults is not None else None,
+        asked.count,
+        check_seed(seed, "--qstash-simulate-seed") if seed is not None else None,
+        _faults(fault_kinds, faults, "--qstash-faults") if faults is not None else None,
     )
 
 
