@@ -344,3 +344,19 @@ def test_a_schedule_does_not_depend_on_when_the_test_runs() -> None:
         runs.append([(f.kind, f.key) for f in simulation.injected])
     assert runs[0] == runs[1]
     assert runs[0]  # seed 21 injects something here
+
+
+def test_a_schedule_does_not_depend_on_the_app_s_port() -> None:
+    # An app served on a free port has another port at each run; the faults stay the same.
+    runs = []
+    for base in ("http://127.0.0.1:41001", "http://127.0.0.1:52002"):
+        with FakeQStash(seed="ports", start="2026-01-01T00:00:00Z") as qstash:
+            simulation = qstash.simulate(4)
+            qstash.mount(base, Inbox())
+            client = _client()
+            for n in range(6):
+                client.message.publish(url=f"{base}/jobs/{n % 3}", body=str(n))
+                qstash.drain()
+        runs.append([(f.kind, f.key) for f in simulation.injected])
+    assert runs[0] == runs[1]
+    assert runs[0]  # seed 4 injects something here

@@ -26,13 +26,13 @@ publish order (docs: "Deduplication", "Retries", "Ordering" under QStash's featu
 Every decision is drawn from the seed and the decision's own key (the fault kind, what the
 message is, the attempt), never from a shared sequence: leaving one fault out (shrinking a
 failing schedule) leaves every other decision as it was. A message is named in a key by where
-it goes (its method and URL, and how many went there before it; a callback by the message it
-reports on and whether that attempt succeeded), not by its id: ids come in sequence, so one
-extra message (a handler's second run publishing again) would rename every message after it
-and change their decisions. Never by its body: a body holding a time (a callback's
-``createdAt``, an app's own timestamps) differs from one run to the next, and a replay must
-inject the same faults. A workflow run's own messages are never
-duplicated nor their answers lost: what happens to a run is ``step_retry``'s, in its protocol.
+it goes (its method and its URL's path and query, and how many went there before it; a
+callback by the message it reports on and whether that attempt succeeded), not by its id: ids
+come in sequence, so one extra message (a handler's second run publishing again) would rename
+every message after it and change their decisions. Never by its body: a body holding a time
+(a callback's ``createdAt``, an app's own timestamps) differs from one run to the next, and a
+replay must inject the same faults. Nor by its URL's host and port: an app served on a free
+port has another one at each run.
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ class Simulation:
         tells each, as it is created)."""
         source = message.callback_for
         if source is None:
-            where = f"{message.method} {message.url}"
+            where = f"{message.method} {_path_of(message.url)}"
         else:
             outcome = "ok" if _reports_success(message.content) else "failed"
             where = f"{message.kind} of {self._name(source)} {outcome}"
@@ -284,3 +284,10 @@ def _reports_success(content: bytes) -> bool:
     except (ValueError, AttributeError):
         return False
     return isinstance(status, int) and 200 <= status < 300
+
+
+def _path_of(url: str) -> str:
+    """A URL's path and query: what names where a message goes, whatever the host's port."""
+    rest = url.partition("://")[2] or url
+    slash = rest.find("/")
+    return rest[slash:] if slash >= 0 else "/"

@@ -9,6 +9,9 @@ Dev mode (``--dev``, or ``QSTASH_DEV=true`` in the environment) is what the Type
 own dev mode looks for: 127.0.0.1 on 8080 or ``QSTASH_DEV_PORT``, Upstash's public dev token
 and signing keys, which they probe with ``GET /v2/keys`` before they would download Upstash's
 dev server binary.
+
+``pytest-qstash export --to FILE`` reads a QStash account through its REST API into a JSON
+file (``export.py``).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from ..engine.durations import parse_duration_ms
 from ..engine.plans import DEFAULT_PLAN, PLANS
 from ..wire.regions import ACCEPTED as ACCEPTED_REGIONS
 from ..wire.regions import region_named
+from . import export as exporting
 from .control.app import CLOCK_MODES, QStashServerApp, ServerSettings
 from .datadir.persistence import DataDir, PersistenceError
 from .runner.deliveries import DEFAULT_ATTEMPT_TIMEOUT_S
@@ -212,11 +216,24 @@ def parser() -> argparse.ArgumentParser:
         choices=("critical", "error", "warning", "info", "debug"),
         help="log level (default warning; info logs every request)",
     )
+    export = commands.add_parser(
+        "export",
+        help="write a QStash account's state, read through its REST API, to a JSON file",
+        description=(
+            "Read a QStash account through QStash's REST API (schedules, queues, URL groups, "
+            "the DLQ, workflow runs in progress, the workflow DLQ, flow-control keys; every "
+            "page) and write QStash's answers to one JSON file. Needs the account's token: "
+            "QSTASH_TOKEN in the environment, or --token."
+        ),
+    )
+    exporting.add_arguments(export)
     return root
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.command == "export":
+        return exporting.main(args, os.environ)
     try:
         dev, region = _modes(args, os.environ)
     except (UsageError, ValueError, TypeError) as exc:
