@@ -177,7 +177,7 @@ def test_a_dead_letter_retried_keeps_its_options_but_what_the_overrides_name() -
 
 def test_a_wait_ends_by_a_notify_or_by_its_timeout() -> None:
     store, scheduler = engine()
-    run_id = store.trigger_run(Trigger("https://app.test/workflow", {"order": 1}))
+    run_id = trigger.trigger_run(store, Trigger("https://app.test/workflow", {"order": 1}))
     run = store.workflows.get(run_id)
     assert run is not None
     step_opts = MessageOptions(
@@ -229,7 +229,7 @@ def test_the_daily_quota_refuses_a_whole_batch_and_resets_the_next_day() -> None
 
 def test_a_refused_step_ends_its_run() -> None:
     store, _ = engine()
-    run_id = store.trigger_run(Trigger("https://app.test/workflow"))
+    run_id = trigger.trigger_run(store, Trigger("https://app.test/workflow"))
     run = store.workflows.get(run_id)
     assert run is not None
     [init] = run.messages
@@ -354,7 +354,7 @@ def test_an_attempt_abandoned_after_its_message_was_cancelled_leaves_it_cancelle
 
 
 def _run(store: Store) -> WorkflowRun:
-    run = store.workflows.get(store.trigger_run(Trigger("https://app.test/workflow")))
+    run = store.workflows.get(trigger.trigger_run(store, Trigger("https://app.test/workflow")))
     assert run is not None
     return run
 
@@ -388,7 +388,9 @@ def test_a_cancelled_run_cancels_what_it_still_owes() -> None:
 
 def test_a_run_failed_by_a_dead_letter_runs_again_when_it_is_retried() -> None:
     store, scheduler = engine()
-    run_id = store.trigger_run(Trigger("https://app.test/workflow", retries=0, failure_url=False))
+    run_id = trigger.trigger_run(
+        store, Trigger("https://app.test/workflow", retries=0, failure_url=False)
+    )
     run = store.workflows.get(run_id)
     assert run is not None
     _, entry = attempt(store, scheduler, 500)
@@ -402,8 +404,8 @@ def test_a_run_failed_by_a_dead_letter_runs_again_when_it_is_retried() -> None:
 
 
 def _failed_run(store: Store, scheduler: Scheduler) -> tuple[WorkflowRun, DlqEntry]:
-    run_id = store.trigger_run(
-        Trigger("https://app.test/workflow", {"order": 1}, retries=0, failure_url=False)
+    run_id = trigger.trigger_run(
+        store, Trigger("https://app.test/workflow", {"order": 1}, retries=0, failure_url=False)
     )
     run = store.workflows.get(run_id)
     assert run is not None
@@ -415,8 +417,8 @@ def _failed_run(store: Store, scheduler: Scheduler) -> tuple[WorkflowRun, DlqEnt
 
 def test_a_run_is_triggered_through_the_store() -> None:
     store, scheduler = engine()
-    run_id = store.trigger_run(
-        Trigger("https://app.test/workflow", {"order": 1}, run_id="wfr_mine")
+    run_id = trigger.trigger_run(
+        store, Trigger("https://app.test/workflow", {"order": 1}, run_id="wfr_mine")
     )
     run = store.workflows.get(run_id)
     assert run is not None
@@ -433,8 +435,8 @@ def test_a_run_is_triggered_through_the_store() -> None:
 def test_a_failed_run_resumed_or_restarted_through_the_store_is_a_new_run() -> None:
     store, scheduler = engine()
     failed, entry = _failed_run(store, scheduler)
-    resumed = store.resume_run(entry.dlq_id, MessageOptions(retries=2, given={"retries"}))
-    restarted = store.restart_run(entry.dlq_id)
+    resumed = workflow_dlq.resume(store, entry.dlq_id, MessageOptions(retries=2, given={"retries"}))
+    restarted = workflow_dlq.restart(store, entry.dlq_id)
     for run in (resumed, restarted):
         assert run.run_id != failed.run_id
         assert (run.state, run.resumed_from) == ("RUN_STARTED", entry.dlq_id)
@@ -442,14 +444,14 @@ def test_a_failed_run_resumed_or_restarted_through_the_store_is_a_new_run() -> N
     assert restarted.messages[-1].max_retries == 0
     assert entry.dlq_id in store.dlq  # the entry stays
     with pytest.raises(NotAWorkflowEntry):
-        store.resume_run("no-such-entry")
+        workflow_dlq.resume(store, "no-such-entry")
 
 
 def test_a_failure_function_not_failed_is_neither_retried_nor_cancelled() -> None:
     store, scheduler = engine()
     _, entry = _failed_run(store, scheduler)
     with pytest.raises(FailureFunctionNotRetryable, match="only once its call has failed"):
-        store.retry_failure_function(entry.dlq_id)
+        workflow_dlq.retry_failure_function(store, entry.dlq_id)
     with pytest.raises(FailureFunctionNotRetryable, match="only while it is in progress"):
         workflow_dlq.cancel_failure_function(store, entry.dlq_id)
 

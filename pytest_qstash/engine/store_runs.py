@@ -13,12 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from . import trigger, workflow_dlq
 from .engine import Engine
 from .invocations import outcome_step
 from .models import Invoker, Message
 from .options import MessageOptions
-from .verb_specs import Trigger
 from .waiters import Waiter, new_waiter, resume_step
 from .workflows import WorkflowRun
 
@@ -131,40 +129,6 @@ class RunVerbs:
         _report_invocation(self, run)
         if self.retention is not None:
             self.retention.run_ended(run.run_id, self.clock.now_ms)
-
-    def resume_run(
-        self: Engine,
-        dlq_id: str,
-        overrides: MessageOptions | None = None,
-        *,
-        cause: Message | None = None,
-    ) -> WorkflowRun:
-        """A new run going on from the step that failed the run of the workflow DLQ entry
-        ``dlq_id`` (``overrides``: the run settings a request replaces; None: it named none).
-        ``NotAWorkflowEntry`` for an id no failed run has."""
-        return workflow_dlq.resume(self, dlq_id, overrides, cause=cause)
-
-    def restart_run(
-        self: Engine,
-        dlq_id: str,
-        overrides: MessageOptions | None = None,
-        *,
-        cause: Message | None = None,
-    ) -> WorkflowRun:
-        """A new run from the start of the failed run of the workflow DLQ entry ``dlq_id``."""
-        return workflow_dlq.restart(self, dlq_id, overrides, cause=cause)
-
-    def retry_failure_function(
-        self: Engine, dlq_id: str, *, cause: Message | None = None
-    ) -> WorkflowRun:
-        """Call the failure function of the failed run of ``dlq_id`` again, once its call
-        failed (``FailureFunctionNotRetryable`` otherwise)."""
-        return workflow_dlq.retry_failure_function(self, dlq_id, cause=cause)
-
-    def trigger_run(self: Engine, call: Trigger, *, cause: Message | None = None) -> str:
-        """Start a run as a workflow client does (``qstash.trigger``); returns its run id.
-        ``ValueError``/``TypeError`` for an argument that is not valid."""
-        return trigger.trigger_run(self, call, cause=cause)
 
 
 def _resume(store: Engine, waiter: Waiter, data: bytes | None, cause: Message | None) -> Message:

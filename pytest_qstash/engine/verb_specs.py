@@ -6,7 +6,7 @@ verb's parameters are the fields of one dataclass here, in order, with their def
 fixture's and ``Client``'s methods are made from it by ``verb`` (typed by the dataclass's own
 signature: type checkers and IDEs show each method's parameters), the control API's JSON
 keys are its fields (``server.verbs``), and the engine takes the dataclass itself
-(``Store.trigger_run``). Adding a parameter is adding a field here.
+(``trigger.trigger_run``). Adding a parameter is adding a field here.
 
 Nothing is checked here: the engine says what is wrong with a value, as before.
 """

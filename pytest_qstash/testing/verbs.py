@@ -4,6 +4,7 @@ server's control API shares are declared by their parameters (``engine.verb_spec
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from typing import Any
 
 from ..delivery.dispatcher import Dispatcher
 from ..delivery.handler_time import HandlerDuration, HandlerTimes
+from ..engine import trigger, workflow_dlq
 from ..engine.models import Message
 from ..engine.options import InvalidOption
 from ..engine.store import Store
@@ -64,19 +66,21 @@ class PythonVerbs:
         and ``headers`` (``Upstash-*`` overrides: ``Upstash-Retry-Delay``, ``Upstash-Label``,
         ``Upstash-Flow-Control-Key``, ...) replace the run's settings. Its first delivery is
         due now."""
-        return self._continue_run(self.store.resume_run, call)
+        return self._continue_run(functools.partial(workflow_dlq.resume, self.store), call)
 
     @verb(ContinueRun)
     def restart_run(self, call: ContinueRun) -> WorkflowRun:
         """What ``POST /v2/workflows/dlq/restart/{dlq_id}`` does: a new run from the start,
         with the failed run's initial payload and headers."""
-        return self._continue_run(self.store.restart_run, call)
+        return self._continue_run(functools.partial(workflow_dlq.restart, self.store), call)
 
     def retry_failure_function(self, dlq_id: str) -> WorkflowRun:
         """What ``POST /v2/workflows/dlq/callback/{dlq_id}`` does: call the failed run's
         failure function (or failure URL) again, once its call has failed
         (``failure_function_state == "CALLBACK_FAIL"``; a ``ValueError`` otherwise)."""
-        return self.store.retry_failure_function(_dlq_id(dlq_id), cause=self._dispatcher.cause)
+        return workflow_dlq.retry_failure_function(
+            self.store, _dlq_id(dlq_id), cause=self._dispatcher.cause
+        )
 
     def _continue_run(
         self,
@@ -109,7 +113,7 @@ class PythonVerbs:
         ``failure_function`` answers), for the first delivery only: a ``serve()`` with a
         failure function sends its own with every step. ``failure_url=False`` sets none.
         """
-        return self.store.trigger_run(call, cause=self._dispatcher.cause)
+        return trigger.trigger_run(self.store, call, cause=self._dispatcher.cause)
 
     @verb(Notify)
     def notify(self, call: Notify) -> list[dict[str, Any]]:

@@ -134,19 +134,19 @@ def delete_entries(store: Store, request: httpx.Request) -> httpx.Response:
 
 
 def resume_one(store: Store, request: httpx.Request, dlq_id: str) -> httpx.Response:
-    return json_response(run_json(_act(store, request, Store.resume_run, dlq_id)))
+    return json_response(run_json(_act(store, request, wdlq.resume, dlq_id)))
 
 
 def restart_one(store: Store, request: httpx.Request, dlq_id: str) -> httpx.Response:
-    return json_response(run_json(_act(store, request, Store.restart_run, dlq_id)))
+    return json_response(run_json(_act(store, request, wdlq.restart, dlq_id)))
 
 
 def resume_many(store: Store, request: httpx.Request) -> httpx.Response:
-    return _act_many(store, request, Store.resume_run)
+    return _act_many(store, request, wdlq.resume)
 
 
 def restart_many(store: Store, request: httpx.Request) -> httpx.Response:
-    return _act_many(store, request, Store.restart_run)
+    return _act_many(store, request, wdlq.restart)
 
 
 def retry_callback(store: Store, request: httpx.Request, dlq_id: str) -> httpx.Response:
@@ -154,7 +154,7 @@ def retry_callback(store: Store, request: httpx.Request, dlq_id: str) -> httpx.R
     unless its call failed)."""
     _get(store, dlq_id)
     try:
-        run = store.retry_failure_function(dlq_id, cause=cause_of(request))
+        run = wdlq.retry_failure_function(store, dlq_id, cause=cause_of(request))
     except FailureFunctionNotRetryable as exc:
         raise ApiError(400, str(exc)) from None
     return json_response(run_json(run))
