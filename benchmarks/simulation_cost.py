@@ -36,7 +36,9 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
+
+from fixture_cost import Report
 
 #: Simulated tests may cost at most so many times their plain copies, in total.
 COST_BUDGET = 1.3
@@ -206,18 +208,6 @@ def test_each_order_is_taken_once(qstash, request):
     if target is not None:  # the app's bug: one order must not come twice, the others may
         assert orders.deliveries[sent[int(target)]] == 1
 """
-
-
-class Report(Protocol):
-    def check(
-        self,
-        figure: str,
-        ours: str,
-        baseline: str,
-        ratio: float | None,
-        budget: str,
-        ok: bool | None,
-    ) -> None: ...
 
 
 def _session(

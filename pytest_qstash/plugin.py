@@ -39,8 +39,6 @@ _CALL_FAILED_KEY = pytest.StashKey[bool]()
 _ROUTERS_KEY = pytest.StashKey[SessionRouters]()
 _INI_SETTINGS_KEY = pytest.StashKey[dict[str, Any]]()
 _APPS_OVERRIDDEN_KEY = pytest.StashKey[bool]()
-#: The fixture's two names.
-_FAKE_NAMES = frozenset({"qstash", "qstash_fake"})
 _STEPS_HELD_KEY = pytest.StashKey[bool]()
 
 #: Marker keywords: each is the FakeQStash keyword argument of the same name (but
@@ -186,7 +184,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item
         for item in items
         if isinstance(item, pytest.Function)
-        and (_FAKE_NAMES & set(item.fixturenames) or item.get_closest_marker("qstash") is not None)
+        and (
+            simulated_tests.FAKE_FIXTURES & set(item.fixturenames)
+            or item.get_closest_marker("qstash") is not None
+        )
     ]
     if not users:  # a run that never uses the fake: nothing to look for
         config.stash[_APPS_OVERRIDDEN_KEY] = False

@@ -187,8 +187,8 @@ class Simulation:
             return False
         return random.Random(f"{self.seed}:{key}").random() < FAULT_RATE
 
-    def _inject(self, kind: str, message: Message, now_ms: int, key: str, text: str) -> None:
-        self.injected.append(InjectedFault(kind, message.message_id, now_ms, text, key))
+    def _inject(self, kind: str, message_id: str, now_ms: int, key: str, text: str) -> None:
+        self.injected.append(InjectedFault(kind, message_id, now_ms, text, key))
 
     def answer_seen(self, message: Message, result: AttemptResult, now_ms: int) -> AttemptResult:
         """What QStash sees of an attempt's answer: the app's, or (``lost_ack``) none."""
@@ -203,7 +203,7 @@ class Simulation:
             f"the app answered {result.status}; the answer was lost on its way back, so the "
             f"attempt failed and is retried (Upstash-Retried {message.retried + 1})"
         )
-        self._inject("lost_ack", message, now_ms, key, text)
+        self._inject("lost_ack", message.message_id, now_ms, key, text)
         error = (
             f"no answer received (simulated lost acknowledgement: the app answered {result.status})"
         )
@@ -220,7 +220,7 @@ class Simulation:
             return False
         self._duplicated.add(message.message_id)
         text = "delivered once more after the app acknowledged it (same Upstash-Message-Id)"
-        self._inject("duplicate", message, now_ms, key, text)
+        self._inject("duplicate", message.message_id, now_ms, key, text)
         return True
 
     def loses_answer(self, request_key: str, message_id: str, now_ms: int) -> bool:
@@ -233,7 +233,7 @@ class Simulation:
             f"the publish was stored as {message_id}, but its answer was lost on its way back: "
             "the SDK sends it again"
         )
-        self.injected.append(InjectedFault("publish_lost_answer", message_id, now_ms, text, key))
+        self._inject("publish_lost_answer", message_id, now_ms, key, text)
         return True
 
     def loses_step_result(self, message: Message, now_ms: int) -> bool:
@@ -251,7 +251,7 @@ class Simulation:
             f"the step run by this delivery of run {message.workflow_run_id} never got its "
             "result to QStash: the delivery fails and the same step runs again"
         )
-        self._inject("step_retry", message, now_ms, key, text)
+        self._inject("step_retry", message.message_id, now_ms, key, text)
         return True
 
     def rank(self, event: DueEvent, pending: Iterable[DueEvent]) -> int:
@@ -273,7 +273,7 @@ class Simulation:
         text = f"due at the same moment as {', '.join(overtaken[:3])}, delivered before"
         if len(overtaken) > 3:
             text += f" them and {len(overtaken) - 3} more"
-        self._inject("reorder", message, event.due_ms, key, text)
+        self._inject("reorder", message.message_id, event.due_ms, key, text)
         return _FIRST + event.seq
 
 

@@ -107,8 +107,7 @@ class ApiGateway:
             return
         message_id = _first_message_id(response)
         if simulation.loses_answer(f"{sent}:{count}", message_id, self._store.clock.now_ms):
-            if self._restore_sleeps is None:
-                self._restore_sleeps = sdk_retries.instant_sleeps()
+            self._sleep_instantly()
             raise httpx.ReadError(
                 "the answer was lost on its way back (simulated: the publish was stored)",
                 request=request,
@@ -118,24 +117,28 @@ class ApiGateway:
         """A simulation's ``step_retry``: a step result the app publishes during a workflow
         delivery never reaches QStash (each of the SDK's tries fails on the network)."""
         simulation, cause = self._store.simulation, self._dispatcher.cause
-        run_id = cause.workflow_run_id if cause is not None else None
         if (
             simulation is None
             or cause is None
-            or run_id is None
+            or cause.workflow_run_id is None
             or request.method != "POST"
             or not path.startswith(_PUBLISHES)
         ):
             return
+        run_id = cause.workflow_run_id
         # The run's own publish: its id in the headers (a publish) or in an item's (a batch).
         if request.headers.get("upstash-workflow-runid") != run_id and (
             run_id.encode() not in request.content
         ):
             return
         if simulation.loses_step_result(cause, self._store.clock.now_ms):
-            if self._restore_sleeps is None:
-                self._restore_sleeps = sdk_retries.instant_sleeps()
+            self._sleep_instantly()
             raise httpx.ConnectError("simulated: the step's result never reached QStash")
+
+    def _sleep_instantly(self) -> None:
+        """The SDK sends again what failed, after sleeps that are instant until we stop."""
+        if self._restore_sleeps is None:
+            self._restore_sleeps = sdk_retries.instant_sleeps()
 
     def close(self) -> None:
         """The fake stopped: the SDK's retry sleeps are real ones again."""

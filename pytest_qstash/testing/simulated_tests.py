@@ -21,6 +21,8 @@ import pytest
 if TYPE_CHECKING:
     from ..engine.simulation import InjectedFault, Simulation
 
+#: The fake's two fixture names (the plugin's): a test using either can be simulated.
+FAKE_FIXTURES = frozenset({"qstash", "qstash_fake"})
 #: The parameter a simulated test is parametrized with: its seed.
 PARAM = "_qstash_simulation"
 #: The marker's simulation keywords (the plugin's fixture leaves them to this module).
@@ -150,7 +152,7 @@ def _marker_options(item_or_definition: Any) -> dict[str, Any]:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize a test that uses the fake with its seeds, when it is simulated."""
     asked: Asked = metafunc.config.stash.get(_ASKED_KEY, Asked())
-    uses_fake = {"qstash", "qstash_fake"} & set(metafunc.fixturenames)
+    uses_fake = FAKE_FIXTURES & set(metafunc.fixturenames)
     marked = metafunc.definition.get_closest_marker("qstash") is not None
     if not uses_fake and not marked:
         return
