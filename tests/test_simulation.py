@@ -360,3 +360,24 @@ def test_a_schedule_does_not_depend_on_the_app_s_port() -> None:
         runs.append([(f.kind, f.key) for f in simulation.injected])
     assert runs[0] == runs[1]
     assert runs[0]  # seed 4 injects something here
+
+
+def test_lost_publish_answers_do_not_depend_on_when_or_where_the_app_runs() -> None:
+    # A replay publishes bodies holding another time, to an app on another port: the same
+    # publishes must lose their answers.
+    runs = []
+    for start, base in (
+        ("2026-01-01T00:00:00Z", "http://127.0.0.1:41001"),
+        ("2031-07-15T12:34:56Z", "http://127.0.0.1:52002"),
+    ):
+        with FakeQStash(seed="lost answers", start=start) as qstash:
+            simulation = qstash.simulate(0, ["publish_lost_answer"])
+            client = QStash(
+                os.environ["QSTASH_TOKEN"], retry={"retries": 3, "backoff": lambda n: 0}
+            )
+            for n in range(8):
+                body = f'{{"n": {n % 2}, "at": "{qstash.now.isoformat()}"}}'
+                client.message.publish(url=f"{base}/jobs/{n % 3}", body=body)
+        runs.append([(f.kind, f.key) for f in simulation.injected])
+    assert runs[0] == runs[1]
+    assert runs[0]  # seed 0 loses some answer here

@@ -27,9 +27,10 @@ Every decision is drawn from the seed and the decision's own key (the fault kind
 message is, the attempt), never from a shared sequence: leaving one fault out (shrinking a
 failing schedule) leaves every other decision as it was. A message is named in a key by where
 it goes (its method and its URL's path and query, and how many went there before it; a
-callback by the message it reports on and whether that attempt succeeded), not by its id: ids
-come in sequence, so one extra message (a handler's second run publishing again) would rename
-every message after it and change their decisions. Never by its body: a body holding a time
+callback by the message it reports on and whether that attempt succeeded; a publish request
+by its destination's path), not by its id: ids come in sequence, so one extra message (a
+handler's second run publishing again) would rename every message after it and change their
+decisions. Never by its body: a body holding a time
 (a callback's ``createdAt``, an app's own timestamps) differs from one run to the next, and a
 replay must inject the same faults. Nor by its URL's host and port: an app served on a free
 port has another one at each run.
@@ -174,9 +175,20 @@ class Simulation:
         else:
             outcome = "ok" if _reports_success(message.content) else "failed"
             where = f"{message.kind} of {self._name(source)} {outcome}"
+        self._names[message.message_id] = self._counted(where)
+
+    def publish_sent(self, path: str) -> str:
+        """Name a publish request (``/v2/publish/<destination>``, an enqueue, a batch) as
+        ``created`` names a message: by where it goes (the destination's path, not its host
+        and port) and how many such were sent before it, never by its body."""
+        scheme = max(path.find("http://"), path.find("https://"))
+        where = path if scheme < 0 else path[:scheme] + _path_of(path[scheme:])
+        return self._counted(f"POST {where}")
+
+    def _counted(self, where: str) -> str:
         what = hashlib.sha256(where.encode()).hexdigest()[:16]
         count = self._seen[what] = self._seen.get(what, 0) + 1
-        self._names[message.message_id] = f"{what}.{count}"
+        return f"{what}.{count}"
 
     def _name(self, message_id: str) -> str:
         return self._names.get(message_id, message_id)
@@ -223,10 +235,10 @@ class Simulation:
         self._inject("duplicate", message.message_id, now_ms, key, text)
         return True
 
-    def loses_answer(self, request_key: str, message_id: str, now_ms: int) -> bool:
-        """Whether the answer to a publish the store took (``request_key``: what the request
-        was and how many times it was sent) is lost on its way back."""
-        key = f"publish_lost_answer:{request_key}"
+    def loses_answer(self, sent: str, message_id: str, now_ms: int) -> bool:
+        """Whether the answer to a publish the store took (``sent``: its name, from
+        ``publish_sent``) is lost on its way back."""
+        key = f"publish_lost_answer:{sent}"
         if not self._picks("publish_lost_answer", key):
             return False
         text = (

@@ -4,7 +4,6 @@ what it holds (``saved``/``restore``)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -51,9 +50,7 @@ class ApiGateway:
         self.calls: deque[ApiCall] = deque(maxlen=API_CALLS_KEPT)
         #: DLQ entries the test has read (``qstash.dlq``, or the DLQ through the API).
         self.dlq_read: set[str] = set()
-        # A simulation's lost answers: how often each publish was sent, and what puts the
-        # SDK's retry sleeps back.
-        self._sent: dict[str, int] = {}
+        # What puts the SDK's retry sleeps back, once a simulation has made them instant.
         self._restore_sleeps: Callable[[], None] | None = None
 
     def handle(self, request: httpx.Request) -> httpx.Response:
@@ -99,14 +96,13 @@ class ApiGateway:
             or any(name.lower().startswith("upstash-workflow-") for name in request.headers)
         ):
             return
-        # What was sent, and how many times: the key a shrunk schedule keeps, the same
-        # whether or not an earlier publish's answer was lost.
-        sent = hashlib.sha256(f"{path}\n".encode() + request.content).hexdigest()[:16]
-        count = self._sent[sent] = self._sent.get(sent, 0) + 1
+        # Named whether or not the SDK will retry: the names of later publishes must not
+        # depend on it.
+        sent = simulation.publish_sent(path)
         if not sdk_retries.will_retry():
             return
         message_id = _first_message_id(response)
-        if simulation.loses_answer(f"{sent}:{count}", message_id, self._store.clock.now_ms):
+        if simulation.loses_answer(sent, message_id, self._store.clock.now_ms):
             self._sleep_instantly()
             raise httpx.ReadError(
                 "the answer was lost on its way back (simulated: the publish was stored)",
