@@ -232,6 +232,7 @@ def test_a_progress_line_per_resource_on_stderr(exported: dict[str, Any]) -> Non
         "url_groups: 1",
         f"dlq: {FAILED + 1} (2 pages)",  # and the failed run's message
         f"workflow_runs: {IN_PROGRESS} (2 pages)",
+        "failed_workflow_runs: 1 (1 page)",
         "workflow_dlq: 1 (1 page)",
         "flow_control: 2",
         f"pytest-qstash export: wrote {exported['path']}",

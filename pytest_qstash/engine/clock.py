@@ -77,6 +77,13 @@ class VirtualClock:
         if moved and self.on_move is not None:
             self.on_move(ms)
 
+    def start_over_at(self, ms: int) -> None:
+        """Set the time anywhere, the past included: only while nothing is planned (a fake
+        that holds nothing yet starts at the time an export was taken)."""
+        if self._heap:
+            raise ValueError("the clock can start over only while nothing is planned on it")
+        self.now_ms = ms
+
     def pending(self) -> Iterator[DueEvent]:
         """The events in due order, lazily: a walk of the heap that costs in proportion to
         the events looked at (log n each), so a caller stopping at the first live one does

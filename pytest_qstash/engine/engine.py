@@ -19,7 +19,7 @@ from .ids import IdGenerator
 from .models import Message
 from .options import MessageOptions
 from .plans import Plan
-from .queues import Queues
+from .queues import Queue, Queues
 from .retention import Retention
 from .schedules import Schedules
 from .url_groups import UrlGroup
@@ -71,6 +71,12 @@ class Engine(Protocol):
     @property
     def retention(self) -> Retention | None: ...
 
+    @property
+    def messages(self) -> dict[str, Message]: ...
+
+    @property
+    def default_retries(self) -> int: ...
+
     def create_message(
         self,
         url: str,
@@ -84,6 +90,7 @@ class Engine(Protocol):
         callback_for: str | None = None,
         max_retries: int | None = None,
         cause: Message | None = None,
+        message_id: str | None = None,
     ) -> Message: ...
 
     def publish(
@@ -100,6 +107,10 @@ class Engine(Protocol):
     def cancel(self, message: Message) -> bool: ...
 
     def flow_key(self, key: str) -> FlowKey: ...
+
+    def update_queue(
+        self, name: str, *, parallelism: int | None = None, paused: bool | None = None
+    ) -> Queue: ...
 
     def wake_flow(self, key: str) -> None: ...
 

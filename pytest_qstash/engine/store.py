@@ -46,6 +46,7 @@ from .retry import DEFAULT_RETRIES
 from .schedules import Schedules
 from .simulation import Simulation
 from .store_limits import PlanChecks
+from .store_loading import LoadVerbs
 from .store_resources import ResourceVerbs
 from .store_runs import RunVerbs
 from .url_groups import UnknownDestination, UrlGroup
@@ -63,7 +64,7 @@ __all__ = [
 ]
 
 
-class Store(RunVerbs, ResourceVerbs, PlanChecks, Admission):
+class Store(RunVerbs, ResourceVerbs, LoadVerbs, PlanChecks, Admission):
     def __init__(
         self,
         clock: VirtualClock,
@@ -166,6 +167,7 @@ class Store(RunVerbs, ResourceVerbs, PlanChecks, Admission):
         callback_for: str | None = None,
         max_retries: int | None = None,
         cause: Message | None = None,
+        message_id: str | None = None,  # a recorded one's (``store_loading.py``)
     ) -> Message:
         """A new message, due when ``opts`` say. The message keeps ``opts`` (a run's later
         step fills in its run's settings there): options another message or a schedule holds
@@ -177,7 +179,7 @@ class Store(RunVerbs, ResourceVerbs, PlanChecks, Admission):
         not_before = opts.due_ms(now)
         retries = opts.retries if opts.retries is not None else max_retries
         message = Message(
-            message_id=self.ids.message_id(),
+            message_id=message_id or self.ids.message_id(),
             url=url,
             content=content,
             created_ms=now,

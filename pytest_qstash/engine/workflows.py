@@ -536,6 +536,11 @@ class WorkflowRuns:
             run.fail(now_ms, entry.dlq_id)
             self._ended(run)
 
+    def fail_loaded(self, run: WorkflowRun, ended_ms: int, dlq_id: str) -> None:
+        """A recorded run that had failed into the DLQ as ``dlq_id`` (an export loaded)."""
+        run.fail(ended_ms, dlq_id)
+        self._ended(run)
+
     def is_third_party_call(self, message: Message) -> bool:
         """A ``context.call``'s request to the third party. When it fails for good, its last
         answer still reaches the run through the callback as an ordinary result (Upstash:

@@ -10,6 +10,8 @@ follows each cursor to its end:
 - ``dlq``: ``GET /v2/dlq`` (whole bodies and headers), page after page;
 - ``workflow_runs``: ``GET /v2/workflows/logs?state=RUN_STARTED``, the runs in progress with
   their steps, page after page;
+- ``failed_workflow_runs``: the same with ``state=RUN_FAILED``, the failed runs' steps (what
+  the workflow DLQ's resume and restart replay);
 - ``workflow_dlq``: ``GET /v2/workflows/dlq``, page after page;
 - ``flow_control``: ``GET /v2/flowControl``.
 
@@ -51,6 +53,10 @@ DEFAULT_URL = "https://qstash.upstash.io"
 TIMEOUT_S = 30.0
 #: What an answer that contained the token holds there instead.
 TOKEN_REPLACEMENT = "REDACTED:QSTASH_TOKEN"
+#: A token this long or longer is replaced wherever a text holds it; a shorter one (no
+#: QStash token is, a local server's may be) only where a text is the token, or a bearer
+#: header of it: replacing its every occurrence would rewrite unrelated text.
+_SEARCHED_TOKEN = 16
 #: The most of an error answer a message quotes.
 _QUOTED = 200
 
@@ -85,6 +91,10 @@ RESOURCES = (
     # is cancelled (the document's `state` filter). No trimBody: the document says its default
     # (-1) leaves bodies out, yet the SDKs never send it and read whole step outputs.
     Resource("workflow_runs", "/v2/workflows/logs", (("state", "RUN_STARTED"),), items="runs"),
+    # The failed runs, whose steps the workflow DLQ's resume and restart replay once loaded.
+    Resource(
+        "failed_workflow_runs", "/v2/workflows/logs", (("state", "RUN_FAILED"),), items="runs"
+    ),
     Resource("workflow_dlq", "/v2/workflows/dlq", items="messages"),
     Resource("flow_control", "/v2/flowControl"),
 )
@@ -330,17 +340,19 @@ def _replace_token(document: dict[str, Any], token: str) -> int:
     a header or its body); how many strings held it."""
     replaced = 0
 
+    whole = {token, f"Bearer {token}"}
+
     def clean(value: Any) -> Any:
         nonlocal replaced
         if isinstance(value, str):
-            if token in value:
+            if value in whole or (len(token) >= _SEARCHED_TOKEN and token in value):
                 replaced += 1
                 return value.replace(token, TOKEN_REPLACEMENT)
             return value
         if isinstance(value, list):
             return [clean(item) for item in value]
         if isinstance(value, dict):
-            return {clean(key): clean(item) for key, item in value.items()}
+            return {key: clean(item) for key, item in value.items()}
         return value
 
     for resource in RESOURCES:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 from ..delivery.dispatcher import Dispatcher
@@ -19,9 +21,12 @@ from ..engine.store import Store
 from ..engine.verb_specs import ContinueRun, FailNext, Notify, Trigger, verb
 from ..engine.workflows import WorkflowRun
 from ..wire.faults import Fault
+from ..wire.load import Loaded, LoadError, export_start_ms, load_export
 from ..wire.publish_headers import read_overrides
 from ..wire.waiters import notify_answer
+from .appclock import AppClock
 from .gateway import ApiGateway
+from .moments import start_ms
 
 
 class PythonVerbs:
@@ -32,6 +37,41 @@ class PythonVerbs:
     _dispatcher: Dispatcher
     _handler_times: HandlerTimes
     _gateway: ApiGateway
+    _app_clock: AppClock
+
+    def load(
+        self,
+        source: str | os.PathLike[str] | Mapping[str, Any],
+        *,
+        start: datetime | str | float | None = None,
+    ) -> Loaded:
+        """Create what an export holds (``pytest-qstash export``'s file, its path or its
+        parsed JSON), as QStash had it, ids kept: schedules, queues, URL groups, flow-control
+        keys, DLQ entries, workflow runs in progress at their recorded step (the next
+        ``tick``/``advance`` resumes them in the app mounted at their URL) and the workflow
+        DLQ. All or nothing: ``LoadError`` (a ``ValueError``) names the entry that cannot be
+        read, and nothing is loaded.
+
+        The clock starts at the export's time when the fake holds nothing yet, else stays
+        where it is; ``start`` moves it there first (not backwards, once something is
+        planned)."""
+        store = self.store
+        fresh = not (store.messages or store.schedules or store.dlq or len(store.clock))
+        at: int | None
+        if start is not None:
+            at = start_ms(start)
+        else:
+            at = export_start_ms(source) if fresh else None
+        if at is not None and at < store.clock.now_ms:
+            if not fresh:
+                raise LoadError(
+                    f"cannot load at {start!r}: the fake's clock is past it already and time "
+                    "never goes backwards (load before anything is published)"
+                )
+            store.clock.start_over_at(at)
+        loaded = load_export(store, source, start_ms=at)
+        self._app_clock.move_to(store.clock.now_ms)
+        return loaded
 
     def handler_takes(
         self,

@@ -1,0 +1,206 @@
+"""The workflow runs of an export, read back as the messages that made them.
+
+A run in progress is loaded at its recorded step: its delivered messages are its history, and
+the message QStash would deliver next (a sleep's step, a step being retried) is planned as
+recorded, carrying the run's steps so far. A run whose next move is not a step of its own
+(waiting for an event, a ``context.call`` in flight) resumes from its last step: the app's
+route replays the steps and asks for the wait or the call again. A failed run (in the
+workflow DLQ) is loaded whole, its dead letter in the failed message's place, so the workflow
+DLQ's resume and restart work on it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ..engine.run_settings import RunSettings
+from ..engine.store_loading import RecordedAnswer, RecordedMessage, RecordedRunMessage
+from ..engine.workflows import STEP
+from .export_entries import (
+    At,
+    entries,
+    labels_of,
+    message_options,
+    recorded_answer,
+    recorded_message,
+)
+
+#: What the logs show as a step's retry delay when the publish set none.
+_DEFAULT_RETRY_DELAY = "pow(2, retried) * 1000"
+
+
+# -- the plan: everything read, nothing applied yet ------------------------------------------
+@dataclass
+class DeadLetter:
+    dlq_id: str
+    message: RecordedMessage
+    created_ms: int
+    answer: RecordedAnswer
+
+
+@dataclass
+class RecordedRun:
+    run_id: str
+    url: str
+    created_ms: int
+    settings: RunSettings
+    members: list[RecordedRunMessage]
+    #: A failed run: the dead letter that failed it and when it ended.
+    failed: DeadLetter | None = None
+    ended_ms: int = 0
+
+
+def read_workflows(root: At, now_ms: int) -> tuple[list[DeadLetter], list[RecordedRun]]:
+    """The export's dead letters (a workflow DLQ entry whose run is not in the export among
+    them, as a plain one) and its runs to load: those in progress and the failed ones."""
+    dead_letters: list[DeadLetter] = []
+    runs: list[RecordedRun] = []
+    failed_runs: dict[str, At] = {}
+    for run in entries(root, "failed_workflow_runs"):
+        failed_runs[run.text("workflowRunId")] = run
+    in_workflow_dlq: set[str] = set()
+    for entry in entries(root, "workflow_dlq"):
+        letter = dead_letter(entry)
+        in_workflow_dlq.add(letter.dlq_id)
+        run_at = failed_runs.get(entry.text("workflowRunId"))
+        if run_at is None:
+            dead_letters.append(letter)  # its steps are not in the export: a plain one
+            continue
+        failed = _run(run_at, now_ms, active=False)
+        failed.failed = letter
+        failed.ended_ms = run_at.number("workflowRunCompletedAt", default=letter.created_ms)
+        runs.append(failed)
+    for entry in entries(root, "dlq"):
+        letter = dead_letter(entry)
+        if letter.dlq_id not in in_workflow_dlq:  # a run's: listed in both, loaded once
+            dead_letters.append(letter)
+    for run_at in entries(root, "workflow_runs"):
+        state = run_at.optional_text("workflowState") or "RUN_STARTED"
+        if state != "RUN_STARTED":
+            continue  # over: nothing to resume (the export reads the runs in progress)
+        runs.append(_run(run_at, now_ms, active=True))
+    return dead_letters, runs
+
+
+def dead_letter(entry: At) -> DeadLetter:
+    message = recorded_message(entry)
+    return DeadLetter(
+        dlq_id=entry.text("dlqId"),
+        message=message,
+        created_ms=entry.number("createdAt", default=message.created_ms),
+        answer=recorded_answer(entry),
+    )
+
+
+def _run(entry: At, now_ms: int, *, active: bool) -> RecordedRun:
+    run_id = entry.text("workflowRunId")
+    url = entry.text("workflowUrl")
+    created = entry.number("workflowRunCreatedAt", default=entry.number("workflowCreatedAt", 0))
+    members: list[RecordedRunMessage] = []
+    pending: dict[str, int] = {}
+    for group in entry.key("steps").items("step groups"):
+        group = group.obj()
+        kind = group.text("type")
+        for step in group.key("steps").items("steps"):
+            step = step.obj()
+            if kind == "next":
+                if step.has("messageId"):
+                    pending[step.text("messageId")] = step.number(
+                        "nextDeliveryTime", default=now_ms
+                    )
+                continue
+            if kind not in ("sequential", "parallel"):
+                raise group.key("type").fail(f"expected sequential, parallel or next, got {kind!r}")
+            members.append(_step_message(step, url, run_id, created, initial=not members))
+    if not members:
+        raise entry.key("steps").fail("expected the run's steps, its initial one first")
+    if active:
+        due = [m for m in members if m.message.message_id in pending]
+        if not due:  # waiting, or a call in flight: it resumes from its last step
+            due = [members[-1]]
+            pending[members[-1].message.message_id] = now_ms
+        for index, member in enumerate(members):
+            if member in due:
+                message = member.message
+                at = pending[message.message_id]
+                members[index] = RecordedRunMessage(
+                    RecordedMessage(
+                        **{
+                            **_fields(message),
+                            "not_before_ms": at,
+                            "retried": message.retried,
+                        }
+                    ),
+                    member.call_type,
+                    pending=True,
+                )
+    first = members[0].message.options
+    settings = RunSettings.of(first).with_options(label=",".join(labels_of(entry)) or None)
+    return RecordedRun(run_id, url, created, settings, members)
+
+
+def _fields(message: RecordedMessage) -> dict[str, Any]:
+    return {name: getattr(message, name) for name in RecordedMessage.__slots__}
+
+
+def _step_message(
+    step: At, url: str, run_id: str, run_created_ms: int, *, initial: bool
+) -> RecordedRunMessage:
+    """A step as the logs show it, back as the message that carried it: the init message
+    (its ``out`` is the run's initial payload) or a step result the app published (the step
+    JSON the SDKs send)."""
+    step_type = step.text("stepType", default="Run")
+    headers = step.header_items("headers")
+    retries = step.optional_number("retries")
+    delay = step.optional_text("retryDelay")
+    shown = {
+        "header": {name: [v for n, v in headers if n == name] for name, _ in headers},
+        "maxRetries": retries,
+        "retryDelayExpression": None if delay == _DEFAULT_RETRY_DELAY else delay,
+    }
+    options = message_options(At({k: v for k, v in shown.items() if v is not None}, step.path))
+    out = step.value.get("out")
+    if out is not None and not isinstance(out, str):
+        out = json.dumps(out)  # documented as a string; a hand-made file may hold the JSON
+    if initial or step_type == "Initial":
+        content = (out or "").encode("utf-8", "surrogatepass")
+    else:
+        content = json.dumps(_step_json(step, step_type, out), separators=(",", ":")).encode()
+    created = step.number("createdAt", default=run_created_ms)
+    return RecordedRunMessage(
+        RecordedMessage(
+            message_id=step.text("messageId"),
+            url=url,
+            content=content,
+            options=options,
+            created_ms=created,
+            not_before_ms=created,
+            max_retries=retries,
+        ),
+        step.optional_text("callType") or STEP,
+    )
+
+
+def _step_json(step: At, step_type: str, out: str | None) -> dict[str, Any]:
+    """The step JSON the SDK published: what its ``serve()`` reads back on each delivery."""
+    plan_step = (
+        step.optional_text("state") == "STEP_PROGRESS" and step.number("concurrent", default=1) > 1
+    )
+    step_id = step.number("stepId", default=0)
+    raw: dict[str, Any] = {
+        "stepId": 0 if plan_step else step_id,
+        "stepName": step.text("stepName"),
+        "stepType": step_type,
+        "concurrent": step.number("concurrent", default=1, minimum=1),
+    }
+    if plan_step:
+        raw["targetStep"] = step_id
+    elif out is not None and (out != "" or step_type not in ("SleepFor", "SleepUntil")):
+        raw["out"] = out
+    for name in ("sleepFor", "sleepUntil"):
+        value = step.value.get(name)
+        if value is not None:
+            raw[name] = value
+    return raw
