@@ -12,6 +12,8 @@ _moved.install()
 # run, and a run that never uses QStash should not pay for the engine, respx and httpx.
 _WHERE = {
     "Fault": ".wire.faults",
+    "Loaded": ".wire.load",
+    "LoadError": ".wire.export_entries",
     "AppClockWarning": ".testing.appclock",
     "parse_duration_ms": ".engine.durations",
     "AsyncContextError": ".errors",
@@ -79,7 +81,9 @@ if TYPE_CHECKING:
     from .testing.appclock import AppClockWarning
     from .testing.fake import FakeQStash
     from .testing.query import Found
+    from .wire.export_entries import LoadError
     from .wire.faults import Fault
+    from .wire.load import Loaded
 
 __all__ = [
     "ApiCall",
@@ -98,6 +102,8 @@ __all__ = [
     "Found",
     "Invoker",
     "LifespanError",
+    "LoadError",
+    "Loaded",
     "Message",
     "MessageState",
     "QStashFakeError",
