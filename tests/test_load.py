@@ -474,3 +474,37 @@ def test_an_export_assembled_from_the_openapi_shapes_loads() -> None:
         assert hourly[0][2]["x-hand"] == "made"
     finally:
         fake.stop()
+
+
+def test_a_step_shown_only_as_what_is_next_resumes_the_run() -> None:
+    """A step result published and not yet delivered may be shown only in the ``next`` group,
+    whole: it is the message that resumes the run, not a step to run again."""
+    document = _hand_made()
+    [run] = document["workflow_runs"][0]["runs"]
+    validate = run["steps"][1]["steps"][0]
+    run["steps"][2]["steps"] = [
+        {
+            **validate,
+            "stepId": 2,
+            "stepName": "cool-down",
+            "stepType": "SleepFor",
+            "sleepFor": 30,
+            "out": "",
+            "messageId": "msg_hand_cool",
+            "state": "STEP_PROGRESS",
+            "nextDeliveryTime": 1772438430000,  # START + 30 s
+        }
+    ]
+    journal, received = Journal(), []
+    fake = fresh_fake(journal, received, [False])
+    try:
+        fake.load(document)
+        assert fake.advance("29s") == []  # the sleep holds until its recorded end
+        fake.advance("2d")
+        (loaded_run,) = fake.runs
+        assert loaded_run.state == "RUN_SUCCESS"
+        names = [s.name for s in loaded_run.steps]
+        assert names == ["validate", "cool-down", "reserve", "ship", "confirm"]
+        assert journal.names("wfr_hand") == ["confirm"]
+    finally:
+        fake.stop()

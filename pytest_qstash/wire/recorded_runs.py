@@ -107,9 +107,12 @@ def _run(entry: At, now_ms: int, *, active: bool) -> RecordedRun:
             step = step.obj()
             if kind == "next":
                 if step.has("messageId"):
-                    pending[step.text("messageId")] = step.number(
-                        "nextDeliveryTime", default=now_ms
-                    )
+                    message_id = step.text("messageId")
+                    pending[message_id] = step.number("nextDeliveryTime", default=now_ms)
+                    known = any(m.message.message_id == message_id for m in members)
+                    if not known and members and _is_result(step):
+                        # A step published and not delivered yet, shown only as what is next.
+                        members.append(_step_message(step, url, run_id, created, initial=False))
                 continue
             if kind not in ("sequential", "parallel"):
                 raise group.key("type").fail(f"expected sequential, parallel or next, got {kind!r}")
@@ -139,6 +142,22 @@ def _run(entry: At, now_ms: int, *, active: bool) -> RecordedRun:
     first = members[0].message.options
     settings = RunSettings.of(first).with_options(label=",".join(labels_of(entry)) or None)
     return RecordedRun(run_id, url, created, settings, members)
+
+
+#: Step types whose entry among what is next is an outcome still awaited, not a result.
+_AWAITED = frozenset({"Wait", "WaitForWebhook", "Call", "Invoke"})
+
+
+def _is_result(step: At) -> bool:
+    """Whether an entry of what is next is a step result the app published (its delivery
+    resumes the run), rather than a wait, a call or an invoke still awaited."""
+    kind = step.value.get("stepType")
+    return (
+        isinstance(kind, str)
+        and step.has("stepName")
+        and kind not in _AWAITED
+        and not step.has("waitEventId")
+    )
 
 
 def _fields(message: RecordedMessage) -> dict[str, Any]:
@@ -197,8 +216,10 @@ def _step_json(step: At, step_type: str, out: str | None) -> dict[str, Any]:
     }
     if plan_step:
         raw["targetStep"] = step_id
-    elif out is not None and (out != "" or step_type not in ("SleepFor", "SleepUntil")):
-        raw["out"] = out
+    else:
+        # The logs show a step without a result (a sleep) as "": its JSON is null, which both
+        # SDKs read back (the Python one requires the key).
+        raw["out"] = out or "null"
     for name in ("sleepFor", "sleepUntil"):
         value = step.value.get(name)
         if value is not None:
