@@ -186,3 +186,27 @@ def test_a_webhook_called_before_the_wait_is_kept_and_an_uncalled_one_times_out(
 
     assert node.records("webhook", "request")[1] == {"timeout": True}
     assert {run.state for run in qstash_server.runs} == {"RUN_SUCCESS"}
+
+
+def test_a_wait_in_progress_is_what_is_next_in_the_logs(
+    node: NodeHarness, qstash_server: ServerProcess
+) -> None:
+    run_id = node.trigger("wait", {"eventId": "order-9-paid", "timeout": "2h"})
+    qstash_server.drain()
+    answer = httpx.get(
+        f"{qstash_server.url}/v2/workflows/logs",
+        params={"workflowRunId": run_id},
+        headers={"Authorization": f"Bearer {qstash_server.token}"},
+    )
+    [run] = answer.json()["runs"]
+    assert run["workflowState"] == "RUN_STARTED"
+    [wait] = run["steps"][-1]["steps"]
+    assert run["steps"][-1]["type"] == "next"
+    assert wait["stepType"] == "Wait"
+    assert wait["waitEventId"] == "order-9-paid"
+    assert wait["waitTimeoutDuration"] == "7200s"
+    assert wait["waitTimeoutDeadline"] == wait["createdAt"] + 7_200_000
+    assert wait["waitTimeout"] is False
+    node.call("notify", {"eventId": "order-9-paid", "eventData": 1})
+    qstash_server.drain()
+    assert qstash_server.runs.one(run_id=run_id).state == "RUN_SUCCESS"

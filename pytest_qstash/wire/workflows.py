@@ -16,6 +16,7 @@ from ..engine.models import Delivery, Message
 from ..engine.options import MessageOptions
 from ..engine.retry import DEFAULT_RETRY_DELAY
 from ..engine.store import Store
+from ..engine.waiters import Waiter
 from ..engine.workflow_steps import WorkflowStep
 from ..engine.workflows import NOT_FOUND, STEP, WorkflowRun
 from ._http import (
@@ -187,7 +188,9 @@ def list_logs(store: Store, request: httpx.Request) -> httpx.Response:
         runs = [run for run in store.workflows if _matches(run, filters, exact=True)]
     runs.sort(key=lambda run: run.created_ms, reverse=True)  # stable: same ms, newest last
     page = runs[start : start + count]
-    out: dict[str, Any] = {"runs": [_run_json(run) for run in page]}
+    out: dict[str, Any] = {
+        "runs": [_run_json(run, store.waiters.of_run(run.run_id)) for run in page]
+    }
     if start + count < len(runs):
         out["cursor"] = str(start + count)
     return json_response(out)
@@ -243,7 +246,7 @@ def _run_pairs(filters: Filters) -> set[tuple[str, str]] | None:
     return pairs
 
 
-def _run_json(run: WorkflowRun) -> dict[str, Any]:
+def _run_json(run: WorkflowRun, waits: list[Waiter]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "workflowRunId": run.run_id,
         "workflowUrl": run.url,
@@ -280,6 +283,7 @@ def _run_json(run: WorkflowRun) -> dict[str, Any]:
         steps = [_step_json(step, calls, run.redact) for step in group.steps]
         groups.append({"type": group.type, "steps": steps})
     pending = [_pending_json(m) for m in run.messages if not m.done]
+    pending += [_wait_json(waiter, run.redact) for waiter in waits]
     if pending and run.active:
         groups.append({"type": "next", "steps": pending})
     out["steps"] = groups
@@ -374,6 +378,28 @@ def _pending_json(message: Message) -> dict[str, Any]:
     if errors:
         out["errors"] = errors
     return out
+
+
+def _wait_json(waiter: Waiter, redact: tuple[str, ...]) -> dict[str, Any]:
+    """A wait in progress (``context.waitForEvent``) as what is next: its step, the event it
+    waits for and when it times out (the SDK's ``waitEventId``, ``waitTimeoutDuration``,
+    ``waitTimeoutDeadline``, ``waitTimeout``)."""
+    step = waiter.step
+    headers = httpx.Headers(list(waiter.headers.items()))
+    return {
+        "stepId": step.get("stepId", 0),
+        "stepName": waiter.step_name,
+        "stepType": waiter.step_type,
+        "callType": STEP,
+        "concurrent": step.get("concurrent", 1),
+        "state": "STEP_PROGRESS",
+        "createdAt": waiter.created_ms,
+        "headers": header_map(headers, redact),
+        "waitEventId": waiter.event_id,
+        "waitTimeoutDuration": f"{(waiter.deadline_ms - waiter.created_ms) // 1000}s",
+        "waitTimeoutDeadline": waiter.deadline_ms,
+        "waitTimeout": False,
+    }
 
 
 def _delivery_settings(message: Message) -> dict[str, Any]:
