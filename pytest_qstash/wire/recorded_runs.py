@@ -99,6 +99,8 @@ def _run(entry: At, now_ms: int, *, active: bool) -> RecordedRun:
     url = entry.text("workflowUrl")
     created = entry.number("workflowRunCreatedAt", default=entry.number("workflowCreatedAt", 0))
     members: list[RecordedRunMessage] = []
+    plans: list[RecordedRunMessage] = []
+    results: list[RecordedRunMessage] = []
     pending: dict[str, int] = {}
     for group in entry.key("steps").items("step groups"):
         group = group.obj()
@@ -112,11 +114,20 @@ def _run(entry: At, now_ms: int, *, active: bool) -> RecordedRun:
                     known = any(m.message.message_id == message_id for m in members)
                     if not known and members and _is_result(step):
                         # A step published and not delivered yet, shown only as what is next.
-                        members.append(_step_message(step, url, run_id, created, initial=False))
+                        results.append(_step_message(step, url, run_id, created, initial=False))
                 continue
             if kind not in ("sequential", "parallel"):
                 raise group.key("type").fail(f"expected sequential, parallel or next, got {kind!r}")
-            members.append(_step_message(step, url, run_id, created, initial=not members))
+            if kind == "parallel" and not _is_plan(step):
+                # The logs show a parallel step's result alone; the SDK replays the plan the
+                # app published before the group ran as well (one plan step per branch).
+                plans.append(_step_message(step, url, run_id, created, initial=False, plan=True))
+            elif kind == "parallel":
+                plans.append(_step_message(step, url, run_id, created, initial=False))
+                continue
+            results.append(_step_message(step, url, run_id, created, initial=not members))
+        members += plans + results
+        plans, results = [], []
     if not members:
         raise entry.key("steps").fail("expected the run's steps, its initial one first")
     if active:
@@ -165,7 +176,7 @@ def _fields(message: RecordedMessage) -> dict[str, Any]:
 
 
 def _step_message(
-    step: At, url: str, run_id: str, run_created_ms: int, *, initial: bool
+    step: At, url: str, run_id: str, run_created_ms: int, *, initial: bool, plan: bool = False
 ) -> RecordedRunMessage:
     """A step as the logs show it, back as the message that carried it: the init message
     (its ``out`` is the run's initial payload) or a step result the app published (the step
@@ -183,14 +194,18 @@ def _step_message(
     out = step.value.get("out")
     if out is not None and not isinstance(out, str):
         out = json.dumps(out)  # documented as a string; a hand-made file may hold the JSON
+    message_id = step.text("messageId")
     if initial or step_type == "Initial":
         content = (out or "").encode("utf-8", "surrogatepass")
     else:
-        content = json.dumps(_step_json(step, step_type, out), separators=(",", ":")).encode()
+        raw = _step_json(step, step_type, out, plan=plan)
+        content = json.dumps(raw, separators=(",", ":")).encode()
+        if plan and not _is_plan(step):
+            message_id += "-plan"  # the plan's own message is not in the logs: named after it
     created = step.number("createdAt", default=run_created_ms)
     return RecordedRunMessage(
         RecordedMessage(
-            message_id=step.text("messageId"),
+            message_id=message_id,
             url=url,
             content=content,
             options=options,
@@ -202,11 +217,17 @@ def _step_message(
     )
 
 
-def _step_json(step: At, step_type: str, out: str | None) -> dict[str, Any]:
-    """The step JSON the SDK published: what its ``serve()`` reads back on each delivery."""
-    plan_step = (
+def _is_plan(step: At) -> bool:
+    """A parallel step not finished yet: the logs show its plan step."""
+    return (
         step.optional_text("state") == "STEP_PROGRESS" and step.number("concurrent", default=1) > 1
     )
+
+
+def _step_json(step: At, step_type: str, out: str | None, *, plan: bool = False) -> dict[str, Any]:
+    """The step JSON the SDK published: what its ``serve()`` reads back on each delivery (a
+    plan step for ``plan``, or when the logs show one)."""
+    plan_step = plan or _is_plan(step)
     step_id = step.number("stepId", default=0)
     raw: dict[str, Any] = {
         "stepId": 0 if plan_step else step_id,
