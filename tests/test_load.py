@@ -115,7 +115,7 @@ def account() -> dict[str, Any]:
 
 
 def fresh_fake(journal: Journal, received: list[Any], fail: list[bool]) -> FakeQStash:
-    fake = FakeQStash(start=START)
+    fake = FakeQStash()  # its clock starts where the export was taken
     fake.start()
     fake.mount(APP, fastapi_workflow_app(journal))
     fake.mount(STOCK_URL, stock_app(journal))
@@ -231,9 +231,25 @@ def test_a_loaded_schedule_fires_on_the_virtual_clock(account: dict[str, Any], l
 
 
 def test_start_moves_the_clock(account: dict[str, Any]) -> None:
-    with FakeQStash(start=START) as fake:
+    with FakeQStash() as fake:
         fake.load(account["document"], start="2026-06-01T00:00:00Z")
         assert fake.now.isoformat() == "2026-06-01T00:00:00+00:00"
+
+
+def test_a_start_the_test_chose_is_kept(account: dict[str, Any]) -> None:
+    with FakeQStash(start="2026-03-02T09:00:00Z") as fake:
+        fake.load(account["document"])
+        assert fake.now.isoformat() == "2026-03-02T09:00:00+00:00"
+
+
+def test_the_clock_never_goes_back_once_something_is_planned(account: dict[str, Any]) -> None:
+    with FakeQStash() as fake:
+        QStash(fake.token, base_url=API).message.publish(url=f"{HOOKS}/x", body="x", delay="1h")
+        now = fake.now
+        fake.load(account["document"])  # the export is from the past: the clock stays
+        assert fake.now == now
+        with pytest.raises(LoadError, match="time never goes backwards"):
+            fake.load({"version": 1}, start=START)
 
 
 def test_a_file_loads_as_its_dict_does(account: dict[str, Any], tmp_path: Path) -> None:

@@ -131,6 +131,8 @@ class FakeQStash(ClockMoves, Inspection, PythonVerbs):
         self._retention = retention
         self._delivery_timeout_s = timeout_ms / 1000
         self.clock = VirtualClock(start_ms(start))
+        #: Whether the test chose where the clock starts (``load`` then keeps it there).
+        self.start_given = start is not None
         # QStash's own hosts and QSTASH_URL's are always intercepted (``hosts`` decides).
         self._base_urls = list(base_urls or [])
         hosts.declare(hosts.parse_bases(self._base_urls))  # the network guard stops them, too

@@ -38,6 +38,7 @@ class PythonVerbs:
     _handler_times: HandlerTimes
     _gateway: ApiGateway
     _app_clock: AppClock
+    start_given: bool
 
     def load(
         self,
@@ -52,16 +53,17 @@ class PythonVerbs:
         DLQ. All or nothing: ``LoadError`` (a ``ValueError``) names the entry that cannot be
         read, and nothing is loaded.
 
-        The clock starts at the export's time when the fake holds nothing yet, else stays
-        where it is; ``start`` moves it there first (not backwards, once something is
-        planned)."""
+        The clock starts at the export's time when the fake holds nothing yet and the test
+        did not choose its start (``FakeQStash(start=...)``, the marker's or the ini's
+        ``start``); otherwise it stays where it is. ``start`` moves it there first (not
+        backwards, once something is planned)."""
         store = self.store
         fresh = not (store.messages or store.schedules or store.dlq or len(store.clock))
         at: int | None
         if start is not None:
             at = start_ms(start)
         else:
-            at = export_start_ms(source) if fresh else None
+            at = export_start_ms(source) if fresh and not self.start_given else None
         if at is not None and at < store.clock.now_ms:
             if not fresh:
                 raise LoadError(
