@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openapi_documents
 import pytest
+from ci_requirements import OPENAPI_DOCUMENTS, missing
 from fastapi import FastAPI, Request, Response
 from qstash import QStash
 from workflow_apps import STOCK_URL, Journal, fastapi_workflow_app, stock_app
@@ -443,11 +445,9 @@ def _hand_made() -> dict[str, Any]:
     }
 
 
-@pytest.mark.skipif(
-    __import__("openapi_documents").DOCUMENTS_DIR is None, reason="OpenAPI documents absent"
-)
 def test_an_export_assembled_from_the_openapi_shapes_loads() -> None:
-    import openapi_documents
+    if openapi_documents.DOCUMENTS_DIR is None:
+        missing(OPENAPI_DOCUMENTS, openapi_documents.ABSENT)
 
     document = _hand_made()
     qstash_doc = openapi_documents.load("qstash")

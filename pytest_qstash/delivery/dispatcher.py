@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from types import TracebackType
 from typing import Protocol
 
@@ -40,11 +39,9 @@ from ..errors import DeliveryLoopError, ReentrantCallError, UnroutedDeliveryErro
 from .handler_time import HandlerTimes
 from .mounts import MountTable
 from .outcome import Outcome, Unrouted
-from .signing import sign
+from .requests import delivery_request
 from .transports import Sender
-from .workflow_body import workflow_delivery
 
-USER_AGENT = "Upstash-QStash"
 # A workflow of a few hundred steps and calls, none of them sleeping, is a legitimate chain of
 # a thousand-odd deliveries at one instant; a runaway loop is stopped after this many.
 _MAX_SAME_INSTANT = 5000
@@ -109,8 +106,6 @@ class Dispatcher:
         # instant: what the loop guard counts (a chain, or a fan-out that feeds itself).
         self._cascade_instant = -1
         self._cascade_deliveries = 0
-        # Parsed destination URLs: parsing is half the cost of building a delivery request.
-        self._urls: dict[str, httpx.URL] = {}
         #: The message whose app is being called: an API call the app makes meanwhile is
         #: caused by it (the facade passes it to ``api.handle``). The ``DeliveryLoop`` keeps
         #: it, among the attempts it has in flight (several in the server).
@@ -232,46 +227,12 @@ class Dispatcher:
 
     # -- helpers ----------------------------------------------------------------------------
     def _request(self, message: Message) -> httpx.Request:
-        body = message.content
-        if message.workflow_run_id is not None:
-            # A workflow run's message: a step delivery carries the run's steps so far.
-            body, headers = workflow_delivery(self.store.workflows, message)
-        else:
-            headers = httpx.Headers(message.headers)
-        headers["User-Agent"] = USER_AGENT
-        headers["Upstash-Message-Id"] = message.message_id
-        headers["Upstash-Retried"] = str(message.retried)
-        if message.url_group:
-            headers["Upstash-Topic-Name"] = message.url_group
-        if message.schedule_id:
-            headers["Upstash-Schedule-Id"] = message.schedule_id
-        headers["Upstash-Caller-Ip"] = message.caller_ip
-        if self.settings.region is not None:
-            headers["Upstash-Region"] = self.settings.region
-        # Issued on the clock the app verifies with, read as PyJWT (every Receiver's verifier)
-        # reads it: the virtual one while the fake moves the app's clock, the real one with
-        # freeze_time=False, and a test's own freezer's when one (a @freeze_time decorator,
-        # say) overrides ours, even one whose tz_offset shifts aware now() (freezegun's bug).
-        iat = int(datetime.now(timezone.utc).timestamp())
-        headers["Upstash-Signature"] = sign(
-            content=body,
-            url=message.url,
-            key=self.settings.signing_key(),
-            iat=iat,
-            jti=self.store.ids.jwt_id(),
-        )
-        content = body if body or message.method != "GET" else None
-        address = message.url
-        url = self._urls.get(address)
-        if url is None:
-            if len(self._urls) >= 1024:  # bounded: unique URLs per message must not pile up
-                self._urls.clear()
-            url = self._urls[address] = httpx.URL(address)
-        # The attempt's deadline, for a real server's answer (a mounted app's is bounded on
-        # the virtual clock): httpx's own default would cut it after 5 s.
-        timeout = httpx.Timeout(self.store.deadline_ms(message) / 1000).as_dict()
-        return httpx.Request(
-            message.method, url, headers=headers, content=content, extensions={"timeout": timeout}
+        return delivery_request(
+            self.store,
+            message,
+            signing_key=self.settings.signing_key(),
+            region=self.settings.region,
+            jwt_id=self.store.ids.jwt_id(),
         )
 
     def abandon(self, job: Job) -> None:

@@ -132,6 +132,45 @@ class Admission:
             self._plan_delivery(message, max(message.not_before_ms, self.clock.now_ms))
 
     def _plan_delivery(self, message: Message, due_ms: int) -> None:
-        generation = self._generation.get(message.message_id, 0) + 1
+        generation = self._generation.get(message.message_id, 0)
+        if generation < _CANCELLED:  # set aside: planned again, it is no longer
+            generation = _CANCELLED - 1 - generation
+        generation += 1
         self._generation[message.message_id] = generation
         self.clock.schedule(due_ms, "deliver", message.message_id, generation)
+
+    # -- messages set aside: a server holding back what it may not send ------------------
+    def set_aside(self, message: Message) -> None:
+        """Plan nothing for a waiting message (an attempt ``requeue`` put back) until it is
+        planned again (``take_back``, or a "run now"): the delivery planned for it goes
+        stale. Nothing is logged and nothing failed: it waits, CREATED or RETRY."""
+        generation = self._generation.get(message.message_id, 0)
+        if generation >= 0 and not message.done:
+            self._generation[message.message_id] = _CANCELLED - 1 - generation
+
+    def take_back(self, message: Message) -> bool:
+        """A message set aside is due now; False when it is not set aside (any more)."""
+        if not self.is_set_aside(message.message_id):
+            return False
+        message.run_now(self.clock.now_ms)
+        self._plan_delivery(message, self.clock.now_ms)
+        return True
+
+    def is_set_aside(self, message_id: str) -> bool:
+        message = self.messages.get(message_id)
+        if message is None or message.done:
+            return False
+        return self._generation.get(message_id, 0) < _CANCELLED
+
+    def set_aside_ids(self) -> list[str]:
+        """The messages set aside, in the order they were first planned."""
+        return [
+            message_id
+            for message_id, generation in self._generation.items()
+            if generation < _CANCELLED and self.is_set_aside(message_id)
+        ]
+
+
+#: The generation of a cancelled message (any event for it is stale); one set aside keeps its
+#: own below it, ``_CANCELLED - 1 - generation``, restored when it is planned again.
+_CANCELLED = -1

@@ -32,6 +32,7 @@ import secrets
 import string
 import uuid
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..delivery.mounts import Redirect, check_redirect, merge_redirects
 from ..engine.account import make_token
@@ -39,9 +40,12 @@ from ..engine.durations import parse_duration_ms
 from ..engine.plans import DEFAULT_PLAN, PLANS
 from ..wire.regions import ACCEPTED as ACCEPTED_REGIONS
 from ..wire.regions import region_named
+from . import check_deploy as checking
 from . import export as exporting
+from .control import loading
 from .control.app import CLOCK_MODES, QStashServerApp, ServerSettings
 from .datadir.persistence import DataDir, PersistenceError
+from .datadir.readonly import ReadOnlyDataDir
 from .runner.deliveries import DEFAULT_ATTEMPT_TIMEOUT_S
 from .serving import DEFAULT_IDLE_TIMEOUT_S, run
 
@@ -137,7 +141,11 @@ def parser() -> argparse.ArgumentParser:
         help="real (default): deliveries go out on their own at their time; virtual: time "
         "moves only through the control API (POST /_qstash/tick, advance, drain)",
     )
-    serve.add_argument("--start", help="where the clock starts (ISO 8601; default now)")
+    serve.add_argument(
+        "--start",
+        help="where a virtual clock starts (ISO 8601; default now, or with --load the "
+        "export's exported_at)",
+    )
     serve.add_argument("--seed", default="0", help="seed of the generated ids (default 0)")
     serve.add_argument(
         "--simulate",
@@ -211,6 +219,27 @@ def parser() -> argparse.ArgumentParser:
         "--mount https://api.openai.com=http://127.0.0.1:9000",
     )
     serve.add_argument(
+        "--load",
+        metavar="FILE",
+        help="load an export (pytest-qstash export's file) at start, all of it or nothing "
+        "(not into a --data-dir that holds a state already). Deliveries to its URLs are then "
+        "held back unless on this machine or mounted (--mount): GET /_qstash/held lists them",
+    )
+    serve.add_argument(
+        "--allow-outbound",
+        action="store_true",
+        help="with a loaded export, deliver to its URLs as they are (production's, "
+        "presumably) instead of holding back those that are neither on this machine nor "
+        "mounted",
+    )
+    serve.add_argument(
+        "--read-only",
+        action="store_true",
+        help="serve the state (a --load's, a --data-dir's) to be read only: the API's and "
+        "the control API's reads and the dashboard; every request that would change it is "
+        "refused (403) and nothing is delivered",
+    )
+    serve.add_argument(
         "--log-level",
         default="warning",
         choices=("critical", "error", "warning", "info", "debug"),
@@ -227,6 +256,19 @@ def parser() -> argparse.ArgumentParser:
         ),
     )
     exporting.add_arguments(export)
+    check_deploy = commands.add_parser(
+        "check-deploy",
+        help="tell, for each workflow run in progress in an export, whether an app's new code "
+        "accepts its recorded steps",
+        description=(
+            "For each Upstash Workflow run in progress in an export file, send the app under "
+            "check (--app) the delivery QStash would make on resuming it, signed with "
+            "QSTASH_CURRENT_SIGNING_KEY, and print a table of verdicts: compatible, "
+            "incompatible (the step the SDK refused) or error. Exit 1 if any run is not "
+            "compatible."
+        ),
+    )
+    checking.add_arguments(check_deploy)
     return root
 
 
@@ -234,6 +276,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "export":
         return exporting.main(args, os.environ)
+    if args.command == "check-deploy":
+        return checking.main(args, os.environ)
     try:
         dev, region = _modes(args, os.environ)
     except (UsageError, ValueError, TypeError) as exc:
@@ -289,6 +333,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"pytest-qstash serve: {exc}", file=sys.stderr)
         return 2
+    start_given = args.start
+    document = None
+    if args.load is not None:
+        try:
+            document = loading.read_document(args.load)
+            args.start = loading.start_of(document, args.clock, args.start)
+        except ValueError as exc:  # LoadError: one sentence naming the file
+            print(f"pytest-qstash serve: --load: {exc}", file=sys.stderr)
+            return 2
     env: Mapping[str, str] = os.environ if args.credentials_from_env else {}
     if dev:
         args.token = DEV_TOKEN
@@ -312,22 +365,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         region=region,
         simulate=simulate,
         faults=faults,
+        loaded=document is not None,
+        allow_outbound=args.allow_outbound,
+        read_only=args.read_only,
     )
     given = {
         "token": args.token or env.get("QSTASH_TOKEN"),
         "current_signing_key": args.current_signing_key or env.get("QSTASH_CURRENT_SIGNING_KEY"),
         "next_signing_key": args.next_signing_key or env.get("QSTASH_NEXT_SIGNING_KEY"),
-        "start": args.start,
+        "start": start_given,
     }
     explicit = frozenset(name for name, value in given.items() if value is not None)
     # No cyclic collection until a data dir's restored state is frozen below: the first
     # one after the load would walk every object it built.
     gc.disable()
     try:
-        persistence = DataDir(args.data_dir, explicit) if args.data_dir else None
+        kept = ReadOnlyDataDir if args.read_only else DataDir
+        persistence = kept(args.data_dir, explicit) if args.data_dir else None
         # Bad --start / --seed / --plan fail here, before binding, and a data dir's state is
         # read.
         app = QStashServerApp(settings, persistence)
+        if document is not None and not app.restored:
+            _load_at_start(app, document, args.load)
     except (ValueError, TypeError, PersistenceError) as exc:
         print(f"pytest-qstash serve: {exc}", file=sys.stderr)
         return 2
@@ -349,6 +408,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         dev,
         idle_timeout_ms / 1000,
     )
+
+
+def _load_at_start(app: QStashServerApp, document: Mapping[str, Any], path: str) -> None:
+    clock = app.settings.clock
+    start = app.settings.start if clock == "virtual" else None  # --start, or the export's
+    try:
+        loaded = loading.take_in(app.fake, clock, document, start)
+    except ValueError as exc:  # LoadError: one sentence naming the entry
+        raise ValueError(f"--load {path}: {exc}") from None
+    counts = ", ".join(
+        f"{name} {value}" for name, value in loaded.as_dict().items() if isinstance(value, int)
+    )
+    print(f"pytest-qstash: loaded {path} ({counts})", file=sys.stderr, flush=True)
 
 
 def _mount_option(option: str) -> Redirect:

@@ -50,7 +50,10 @@ def qstash_server(
     and lists (``tick``, ``advance``, ``drain``, ``messages``, ``deliveries``, ...),
     ``reset()`` to forget what earlier tests left, and ``mount(prefix, to)`` to send the
     server's outbound requests under a URL prefix to a local fake (kept by resets: unmount, or
-    mount in a ``with`` block, for one test)."""
+    mount in a ``with`` block, for one test). ``load(FILE)`` takes in an export; the server
+    then holds back deliveries to URLs neither on loopback nor mounted, for as long as it
+    runs (``held()``, ``retry_held()``): load into a ``ServerProcess`` of the test's own
+    unless every URL of the session's tests is mounted."""
     from .processes.server import ServerProcess
 
     options = {"clock": "virtual", "retention": False, **qstash_server_options}

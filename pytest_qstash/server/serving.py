@@ -287,6 +287,21 @@ async def _announce(server: object, app: QStashServerApp, sock: socket.socket, d
     )
     for prefix, to in settings.mounts:
         print(f"pytest-qstash: mount {prefix} -> {to}", file=sys.stderr, flush=True)
+    if settings.read_only:
+        print(
+            "pytest-qstash: read-only (--read-only): it answers reads only, refuses every "
+            "change (403) and delivers nothing",
+            file=sys.stderr,
+            flush=True,
+        )
+    if app.holdback.holding and not settings.read_only:  # read-only: nothing goes out
+        print(
+            "pytest-qstash: it holds a loaded export: deliveries go only to this machine and "
+            "to mounted URLs, the others are held back (GET /_qstash/held lists them; "
+            "--allow-outbound sends them)",
+            file=sys.stderr,
+            flush=True,
+        )
     # The link carries the token once: the page it opens keeps it in a cookie.
     print(
         f"pytest-qstash: dashboard at {dashboard_link(url, settings.token)}",

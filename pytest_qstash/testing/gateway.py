@@ -19,6 +19,7 @@ from ..intercept import sdk_retries
 from ..wire import api
 from ..wire._http import request_path
 from ..wire.faults import Fault, FaultTable
+from .dry_run import DryRun
 
 #: How many API calls ``qstash.api_calls`` keeps (the newest).
 API_CALLS_KEPT = 1_000
@@ -52,9 +53,15 @@ class ApiGateway:
         self.dlq_read: set[str] = set()
         # What puts the SDK's retry sleeps back, once a simulation has made them instant.
         self._restore_sleeps: Callable[[], None] | None = None
+        #: While the deploy check's probe is answered: records the calls and answers them,
+        #: applying none (no fault, no simulation, no call log either).
+        self.dry_run: DryRun | None = None
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         store = self._store
+        if self.dry_run is not None:
+            answer = self.dry_run.answer(request)
+            return answer if answer is not None else api.handle(store, request)
         path = request_path(request).partition("?")[0]
         at_ms = store.clock.now_ms
 

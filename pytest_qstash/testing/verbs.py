@@ -24,7 +24,9 @@ from ..wire.faults import Fault
 from ..wire.load import Loaded, LoadError, export_start_ms, load_export
 from ..wire.publish_headers import read_overrides
 from ..wire.waiters import notify_answer
+from . import deploy_check
 from .appclock import AppClock
+from .deploy_check import Verdict
 from .gateway import ApiGateway
 from .moments import start_ms
 
@@ -225,6 +227,19 @@ class PythonVerbs:
     def clear_faults(self) -> None:
         """Disarm every fault ``fail_next`` armed that has not fired yet."""
         self._gateway.faults.clear()
+
+    def check_deploy(self) -> list[Verdict]:
+        """For each workflow run in progress (by run id), whether the app mounted at its URL
+        now accepts its recorded steps: the run's next delivery sent as a probe, the app's
+        answer read (``testing.deploy_check``; ``docs/how-to/check-deploy.md``). A dry run
+        for QStash's state: the app's API calls meanwhile are answered, not applied."""
+        __tracebackhide__ = True
+        return deploy_check.check_fake(self._dispatcher, self._gateway)
+
+    async def acheck_deploy(self) -> list[Verdict]:
+        """``check_deploy`` from async code."""
+        __tracebackhide__ = True
+        return await deploy_check.acheck_fake(self._dispatcher, self._gateway)
 
 
 def _dlq_id(dlq_id: object) -> str:

@@ -134,7 +134,8 @@ def _run(entry: At, now_ms: int, *, active: bool) -> RecordedRun:
         due = [m for m in members if m.message.message_id in pending]
         if not due:  # waiting, or a call in flight: it resumes from its last step
             due = [members[-1]]
-            pending[members[-1].message.message_id] = now_ms
+            last_id = members[-1].message.message_id
+            pending[last_id] = now_ms
         for index, member in enumerate(members):
             if member in due:
                 message = member.message

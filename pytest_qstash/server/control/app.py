@@ -43,8 +43,9 @@ from ...wire.api import same_token
 from ..dashboard.routes import DASHBOARD_PATH, Dashboard
 from ..datadir.persistence import InMemory, Persistence, PersistenceError
 from ..runner.deliveries import DEFAULT_ATTEMPT_TIMEOUT_S, ServerDeliveries
+from ..runner.holdback import Holdback
 from ..runner.pools import OriginPools
-from . import fastjson, records, verbs
+from . import fastjson, loading, readonly, records, verbs
 from .errors import ControlError
 
 CONTROL_PREFIX = "/_qstash"
@@ -89,6 +90,13 @@ class ServerSettings:
     #: and its fault kinds (None: all); None: QStash's happy path.
     simulate: int | None = None
     faults: tuple[str, ...] | None = None
+    #: Whether it holds a loaded export (``--load``, ``POST /_qstash/load``): deliveries
+    #: then go only to loopback and mounted URLs (``runner/holdback.py``) unless
+    #: ``allow_outbound``.
+    loaded: bool = False
+    allow_outbound: bool = False
+    #: ``--read-only``: reads only, nothing delivered (``readonly.py``).
+    read_only: bool = False
 
 
 def build_fake(
@@ -103,6 +111,7 @@ def build_fake(
     ``generation`` counts resets: each gets ids of its own (still seeded), since the apps a
     server delivers to outlive a reset, and one that remembers the message ids it processed
     (to be idempotent) must not take a new message for one it saw before the reset."""
+    chosen = start is not None or settings.start is not None
     if start is None:
         start = settings.start if settings.start is not None else _wall_start(settings.clock)
     fake = FakeQStash(
@@ -119,6 +128,7 @@ def build_fake(
         region=settings.region,
     )
     fake.sender.network = True  # the user runs a server: unmounted URLs are real endpoints
+    fake.start_given = chosen  # unchosen (now), a load starts the clock at the export's time
     if settings.simulate is not None:  # a reset's fresh fake runs under the same schedule
         fake.simulate(settings.simulate, settings.faults or OVER_HTTP)
     return fake
@@ -147,9 +157,15 @@ class QStashServerApp:
         self._follower: asyncio.Task[None] | None = None
         #: What every delivery goes over: connections kept alive, per origin.
         self._pool: OriginPools | None = None
+        self.holdback = Holdback(
+            lambda: self.settings.loaded and not self.settings.allow_outbound,
+            lambda: self.settings.mounts,
+        )
         self._install(build_fake(settings))
         self.persistence = persistence if persistence is not None else InMemory()
         restored = self.persistence.load(self)  # a data dir's state, in place of the new fake's
+        #: Whether a data dir's state was restored (``serve --load`` then loads nothing).
+        self.restored = restored is not None
         if restored is not None:
             self.settings, self.resets = restored.settings, restored.resets
         self._install(self.fake)  # with the settings the data dir kept
@@ -174,7 +190,12 @@ class QStashServerApp:
             _log_request(scope, 400)
             return
         path = request_path(request).partition("?")[0]
-        if path == DASHBOARD_PATH or path.startswith(f"{DASHBOARD_PATH}/"):
+        refused = None
+        if self.settings.read_only:  # decided here, for every request, before any handler
+            refused = readonly.refusal(request.method, path, CONTROL_PREFIX)
+        if refused is not None:
+            response = refused
+        elif path == DASHBOARD_PATH or path.startswith(f"{DASHBOARD_PATH}/"):
             response = await self.dashboard.handle(request, path[len(DASHBOARD_PATH) :])
         elif path == CONTROL_PREFIX or path.startswith(f"{CONTROL_PREFIX}/"):
             response = await self.control(request, path[len(CONTROL_PREFIX) :].strip("/"))
@@ -205,7 +226,7 @@ class QStashServerApp:
         self._pool = OriginPools()
         self._pool.mounts = self.settings.mounts
         self.fake.sender.pool = self._pool
-        if self.settings.clock == "real":
+        if self.settings.clock == "real" and not self.settings.read_only:
             self._follower = asyncio.get_running_loop().create_task(self._follow_wall_clock())
 
     async def shutdown(self) -> None:
@@ -233,7 +254,9 @@ class QStashServerApp:
             self.settings.attempt_timeout,
             catch_up=self._catch_up_clock if real else None,
             on_end=self.wake_up if real else None,
+            holdback=self.holdback,
         )
+        self.holdback.bind(fake.store)
 
     def mount(self, prefix: str, to: str) -> Redirect:
         """Send the outbound requests under ``prefix`` to ``to`` from now on (a prefix mounted
@@ -263,7 +286,7 @@ class QStashServerApp:
     # -- the QStash API ---------------------------------------------------------------------
     def api(self, request: httpx.Request) -> httpx.Response:
         """Answer a QStash API request (the dashboard's buttons send theirs here too)."""
-        if self.settings.clock == "real":
+        if self.settings.clock == "real" and not self.settings.read_only:
             self._catch_up_clock()  # a publish is stamped with the wall clock's now
         try:
             with self.persistence.api_call(self, request):  # journaled before it is answered
@@ -377,7 +400,23 @@ class QStashServerApp:
             "next_due": records.iso_time(due),
             "plan": self.fake.store.plan.name,
             "data_dir": self.persistence.status(),
+            "read_only": self.settings.read_only,
+            "holding_back": self.holdback.holding,
+            "held": len(self.holdback.held),
         }
+
+    async def load(self, document: Any, start: Any) -> dict[str, Any]:
+        """Take in an export (``POST /_qstash/load``; ``loading.take_in``), a virtual clock's
+        under its lock; from then on deliveries to its URLs are held back."""
+        if self.settings.clock == "virtual":
+            async with self._require_lock():  # after a tick/advance/drain under way
+                loaded = loading.take_in(self.fake, "virtual", document, start)
+        else:
+            self._catch_up_clock()
+            loaded = loading.take_in(self.fake, "real", document, start)
+        self.settings = dataclasses.replace(self.settings, loaded=True)
+        self.wake_up()
+        return loaded.as_dict()
 
     async def move(self, action: str, start: verbs.ClockMove) -> list[Delivery]:
         """A clock move (``verbs.CLOCK_MOVES``: the table says which fake method ``start``

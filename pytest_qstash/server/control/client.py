@@ -17,7 +17,7 @@ import os
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
@@ -33,6 +33,8 @@ from ...engine.workflow_dlq import WorkflowDlqEntry
 from ...engine.workflows import WorkflowRun
 from ...errors import QStashFakeError
 from ...testing.query import Found
+from ...wire.export_entries import read_document
+from ..runner.holdback import HeldDelivery
 from . import records
 from .verbs import VERBS
 
@@ -264,6 +266,43 @@ class Client:
     def mounts(self) -> dict[str, str]:
         """The outbound mounts: ``{prefix: to}``."""
         return {m["prefix"]: m["to"] for m in self._verb("mounts")}
+
+    def load(
+        self,
+        source: str | os.PathLike[str] | Mapping[str, Any],
+        *,
+        start: datetime | str | float | None = None,
+    ) -> dict[str, Any]:
+        """Load an export (``pytest-qstash export``'s file: its path, read here, or its parsed
+        JSON) into the server, as ``FakeQStash.load`` does in-process: all of it or nothing.
+        Returns what it took in (``source``, ``exported_at`` and a count per resource:
+        ``schedules``, ``queues``, ``url_groups``, ``flow_control``, ``dlq``,
+        ``workflow_runs``, ``workflow_dlq``). ``start``: where a virtual clock stands for it
+        (by default the export's time on a server that holds nothing yet and whose start was
+        not chosen, else where it is); a real clock is left alone. ``LoadError`` for a file
+        that cannot be read, ``ServerError`` (400, the same sentence) for a document that
+        cannot be loaded.
+
+        From then on the server holds back the deliveries to URLs neither on this machine
+        nor mounted (``held()``), unless it was started with ``--allow-outbound``."""
+        if isinstance(start, datetime):
+            start = (start if start.tzinfo else start.replace(tzinfo=timezone.utc)).isoformat()
+        document = dict(read_document(source))
+        answer: dict[str, Any] = self._verb("load", document=document, start=start)
+        return answer
+
+    def held(self) -> Found[HeldDelivery]:
+        """The deliveries the server holds back (a loaded export's URLs that are neither on
+        this machine nor mounted), in the order they were held: ``message_id``, ``url``,
+        ``reason``, ``held_at``, ``kind``. None of them was attempted."""
+        items = self._verb("held")
+        return Found((HeldDelivery.read(item) for item in items), "held delivery")
+
+    def retry_held(self, message_id: str | None = None) -> list[str]:
+        """Plan the held-back deliveries again, due now (or only ``message_id``'s): those
+        whose URL was mounted since go to the mount, the others are held back again. Returns
+        the ids planned; ``ServerError`` (400) for an id that is not held back."""
+        return [str(i) for i in self._verb("retry_held", message_id=message_id)["retried"]]
 
     def mark(self) -> dict[str, int]:
         """Where the server's histories stand now, for ``report(since=...)``."""

@@ -28,6 +28,7 @@ from . import records, reports
 if TYPE_CHECKING:  # for the annotations only: Client reads this table without the engine
     from ...engine.models import Delivery
     from ...testing.fake import FakeQStash
+    from ..runner.holdback import Holdback
 
 
 class Host(Protocol):
@@ -36,6 +37,8 @@ class Host(Protocol):
     fake: FakeQStash
     #: How many resets the server has had (each starts a fresh store).
     resets: int
+    #: The deliveries held back (a server holding a loaded export).
+    holdback: Holdback
 
     def state(self) -> dict[str, Any]: ...
 
@@ -44,6 +47,8 @@ class Host(Protocol):
     async def reset(self, args: dict[str, Any]) -> None: ...
 
     def wake_up(self) -> None: ...
+
+    async def load(self, document: Any, start: Any) -> dict[str, Any]: ...
 
     def mount(self, prefix: str, to: str) -> tuple[str, str]: ...
 
@@ -90,6 +95,10 @@ class Verb:
     dashboard: bool = False
     #: Its route under ``/_qstash/`` when that is not its name (verbs on one resource).
     path: str = ""
+    #: A POST that changes nothing (what ``--read-only`` still answers).
+    reads: bool = False
+    #: The argument a body that does not have its key is, whole (``load``'s document).
+    whole: str = ""
 
     @property
     def route(self) -> str:
@@ -98,6 +107,8 @@ class Verb:
     def arguments(self, body: dict[str, Any]) -> dict[str, Any]:
         """The handler's arguments from a request body: every declared one, defaults
         filled in; keys it does not declare are ignored, as they always were."""
+        if self.whole and self.whole not in body:
+            body = {self.whole: body}
         out: dict[str, Any] = {}
         for arg in self.args:
             if arg.required and arg.name not in body:
@@ -214,6 +225,20 @@ async def _simulation(host: Host, args: dict[str, Any]) -> Any:
     return simulation_json(host.fake.simulation)
 
 
+async def _load(host: Host, args: dict[str, Any]) -> Any:
+    return await host.load(args["document"], args["start"])
+
+
+async def _held(host: Host, args: dict[str, Any]) -> Any:
+    return [held.as_dict() for held in host.holdback.held]
+
+
+async def _retry_held(host: Host, args: dict[str, Any]) -> Any:
+    retried = host.holdback.retry(args["message_id"])
+    host.wake_up()
+    return {"retried": retried}
+
+
 async def _report(host: Host, args: dict[str, Any]) -> Any:
     mark = args["since"]
     since = None if mark is None else reports.Mark.read(mark)
@@ -311,6 +336,32 @@ VERBS: dict[str, Verb] = {
             (Arg("since"),),
             "the failure report of what the server saw since a mark",
             _report,
+            reads=True,
+        ),
+        Verb(
+            "load",
+            (Arg("document", required=True, param="source"), Arg("start")),
+            "takes in an export of a QStash account (the body: the export's JSON document, "
+            "all of it or nothing); answers how many of each resource it took in",
+            _load,
+            whole="document",
+        ),
+        Verb(
+            "held",
+            (),
+            "the deliveries held back (a loaded export's URLs that are not on this machine "
+            "nor mounted): message_id, url, reason, held_at, kind",
+            _held,
+            "GET",
+        ),
+        Verb(
+            "retry_held",
+            (Arg("message_id"),),
+            "plans the held-back deliveries again, due now (or the one named): a mounted "
+            "URL goes to its mount; answers the ids planned",
+            _retry_held,
+            dashboard=True,
+            path="held/retry",
         ),
         Verb(
             "trigger",

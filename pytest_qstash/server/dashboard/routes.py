@@ -34,6 +34,7 @@ from ...testing import report
 from ...testing.fake import FakeQStash
 from ..control import records
 from ..control.verbs import VERBS, Verb
+from ..runner.holdback import Holdback
 from . import links as dashboard_links
 from . import views as dashboard_views
 
@@ -93,6 +94,9 @@ class Host(Protocol):
     async def control(self, request: httpx.Request, action: str) -> httpx.Response: ...
 
     def api(self, request: httpx.Request) -> httpx.Response: ...
+
+    @property
+    def holdback(self) -> Holdback: ...
 
 
 class Dashboard:
@@ -237,6 +241,8 @@ class Dashboard:
         return {
             "version": f"{self._instance}.{self._version}",
             "state": self.app.state(),
+            # What a server holding a loaded export did not send (``runner/holdback.py``).
+            "held": [held.as_dict() for held in self.app.holdback.held],
             "resets": self.app.resets,
             "counts": counts,
             "list": {

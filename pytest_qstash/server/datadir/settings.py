@@ -20,6 +20,7 @@ def kept(settings: Any) -> dict[str, Any]:
     """What a snapshot keeps of the server's settings: plain data."""
     values = {name: getattr(settings, name, None) for name in KEPT}
     values["mounts"] = [list(pair) for pair in getattr(settings, "mounts", ())]
+    values["loaded"] = bool(getattr(settings, "loaded", False))  # holds a loaded export
     return values
 
 
@@ -60,6 +61,9 @@ def reconcile(stored: dict[str, Any], given: Any, explicit: frozenset[str], path
     # stored ones.
     if "mounts" in fields:
         values["mounts"] = merge_redirects(_redirects(stored.get("mounts")), given.mounts)
+    # A state that holds a loaded export keeps holding back its deliveries (runner/holdback).
+    if "loaded" in fields:
+        values["loaded"] = stored.get("loaded") is True or given.loaded
     return dataclasses.replace(given, **values)
 
 

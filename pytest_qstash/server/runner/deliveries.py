@@ -45,6 +45,7 @@ from ...delivery.outcome import Outcome, Unrouted
 from ...engine.attempts import timeout_error
 from ...engine.models import Delivery
 from ...testing.fake import FakeQStash
+from .holdback import Holdback
 
 #: The default real-time bound on one attempt, in seconds.
 DEFAULT_ATTEMPT_TIMEOUT_S = 30.0
@@ -75,6 +76,7 @@ class ServerDeliveries:
         *,
         catch_up: Callable[[], None] | None = None,
         on_end: Callable[[], None] | None = None,
+        holdback: Holdback | None = None,
     ) -> None:
         self._dispatcher: Dispatcher = fake.dispatcher
         self._store = fake.store
@@ -82,6 +84,8 @@ class ServerDeliveries:
         self.attempt_timeout_s = attempt_timeout_s
         self._catch_up = catch_up
         self._on_end = on_end
+        #: What may not go out is held back there instead of attempted (``holdback``).
+        self._holdback = holdback
         #: The real clock's loop, open for the server's lifetime.
         self._open = DeliveryLoop.open(fake.dispatcher)
         #: The real clock's attempts in flight.
@@ -96,7 +100,8 @@ class ServerDeliveries:
             while started := loop.round():
                 outcomes = await asyncio.gather(*(self._send(loop, job) for job in started))
                 for job, outcome in zip(started, outcomes, strict=True):
-                    loop.answer(job, outcome)
+                    if outcome is not None:  # None: held back, no attempt
+                        loop.answer(job, outcome)
         return loop.made
 
     # -- real clock -------------------------------------------------------------------------
@@ -119,6 +124,8 @@ class ServerDeliveries:
         except asyncio.CancelledError:
             self._open.abandon(job)  # a reset or shutdown: the attempt did not happen
             raise
+        if outcome is None:  # held back: no attempt
+            return None
         assert self._catch_up is not None
         self._catch_up()
         try:
@@ -144,11 +151,18 @@ class ServerDeliveries:
         self._open.abandon_all()  # those whose task was cut before it ever ran
 
     # -- shared -----------------------------------------------------------------------------
-    async def _send(self, loop: DeliveryLoop, job: Job) -> Outcome:
+    async def _send(self, loop: DeliveryLoop, job: Job) -> Outcome | None:
         """One attempt's HTTP call, bounded by the server's attempt timeout or the message's
-        own deadline, whichever is shorter; past it, a failed attempt saying which."""
+        own deadline, whichever is shorter; past it, a failed attempt saying which. None when
+        the attempt may not go out (``holdback``): it is put back and held, nothing sent."""
         request = job.request
         assert request is not None
+        if self._holdback is not None:
+            why = self._holdback.reason(str(request.url))
+            if why is not None:
+                loop.abandon(job)
+                self._holdback.hold(job.message, why)
+                return None
         deadline_s = self._store.deadline_ms(job.message) / 1000
         bound_s = min(self.attempt_timeout_s, deadline_s)
         # The bound cancels this task itself: ``asyncio.wait_for`` would start a task of its

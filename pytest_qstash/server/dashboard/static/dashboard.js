@@ -218,6 +218,9 @@ function render() {
   const failing = state.data_dir && state.data_dir.error;
   document.getElementById("plan").textContent = (state.plan || "") + (failing ? ` · data dir not written: ${failing}` : "");
   document.querySelector(".virtual-only").hidden = state.clock !== "virtual";
+  document.body.classList.toggle("read-only", Boolean(state.read_only));
+  document.getElementById("read-only").hidden = !state.read_only;
+  renderHeld(data.held || []);
   const names = [...ORDER.filter((n) => n in data.counts), ...Object.keys(data.counts).filter((n) => !ORDER.includes(n) && !HIDDEN.has(n))];
   const nav = names.map((n) =>
     `<button type="button" data-tab="${esc(n)}" class="${n === route.tab ? "active" : ""}">${esc(TITLES[n] || n.replace(/_/g, " "))} <span class="count">${data.counts[n]}</span></button>`).join("");
@@ -234,6 +237,17 @@ function render() {
   const what = (TITLES[route.tab] || route.tab).toLowerCase();
   panel.innerHTML = list.items.length ? view(list.items)
     : list.total ? `<p class="empty">Nothing in ${esc(what)} matches.</p>` : `<p class="empty">No ${esc(what)} yet.</p>`;
+}
+
+// Deliveries a server holding a loaded export did not send: listed until mounted and retried.
+function renderHeld(held) {
+  const box = document.getElementById("held");
+  box.hidden = !held.length;
+  document.getElementById("held-count").textContent = `${held.length} held back`;
+  const rows = held.map((h) => `<tr><td class="mono">${esc(h.message_id)}</td><td>${esc(h.kind)}</td><td>${esc(h.url)}</td><td title="${esc(exact(h.held_at))}">${time(h.held_at)}</td></tr>`).join("");
+  const html = held.length ? `<p>${esc(held[0].reason)}</p>${table(["message", "kind", "URL", "held"], rows)}<button type="button" data-action="retry_held" title="plan them again: a mounted URL goes to its mount">Retry held</button>` : "";
+  const list = document.getElementById("held-list");
+  if (list.dataset.html !== html) { list.innerHTML = html; list.dataset.html = html; }
 }
 
 function renderToolbar() {
@@ -458,6 +472,8 @@ document.addEventListener("click", (event) => {
   } else if (target.dataset.action === "retry_dlq") {
     event.stopPropagation();
     act("retry_dlq", { dlq_id: target.dataset.dlqId });
+  } else if (target.dataset.action === "retry_held") {
+    act("retry_held");
   } else if (target.dataset.action === "redeliver") {
     act("redeliver", { message_id: target.dataset.messageId });
   } else if (target.dataset.href && !window.getSelection().toString()) {

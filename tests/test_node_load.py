@@ -1,0 +1,83 @@
+"""An export of runs of a TypeScript app (@upstash/workflow on Node), loaded back into the
+server: runs asleep after a step, asleep after a parallel group and waiting for an event are
+exported by the ``pytest-qstash export`` command, the server is emptied, the file is loaded
+(``qstash_server.load``), and each run goes on in the app to the outputs it reaches when left
+alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from node_support import NODE_DIR, node_packages
+
+from pytest_qstash.server import ServerProcess
+from pytest_qstash.server.processes.node import NodeApp
+
+SCRIPT = NODE_DIR / "deploy_app.mjs"
+
+
+def _outputs(server: ServerProcess, ids: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for route, run_id in ids.items():
+        run = server.runs.one(run_id=run_id)
+        out[route] = (run.state, [(s.name, s.out) for s in run.steps])
+    return out
+
+
+def _export(server: ServerProcess, path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QSTASH_")}
+    env["QSTASH_TOKEN"] = server.token
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_qstash", "export", "--url", server.url, "--to", str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def _finish(server: ServerProcess, ids: dict[str, str]) -> dict[str, Any]:
+    [notified] = server.notify("paid", {"amount": 12}, run_id=ids["wait"])
+    assert notified["workflowRunId"] == ids["wait"]
+    server.advance("2h")
+    return _outputs(server, ids)
+
+
+def test_typescript_runs_exported_and_loaded_go_on_to_the_same_outputs(tmp_path: Path) -> None:
+    node_packages()
+    path = tmp_path / "runs.json"
+    with (
+        ServerProcess.start(clock="virtual", args=["--credentials-from-env"]) as server,
+        NodeApp.start_script(SCRIPT, cwd=NODE_DIR, env=server.env) as app,
+    ):
+        ids = {
+            "flow": server.trigger(f"{app.url}/flow", {}),
+            "par": server.trigger(f"{app.url}/par", {}),
+            "wait": server.trigger(f"{app.url}/wait", {"eventId": "paid"}),
+        }
+        server.advance("1m")
+        at_export = _outputs(server, ids)
+        assert {route: state for route, (state, _) in at_export.items()} == {
+            "flow": "RUN_STARTED",
+            "par": "RUN_STARTED",
+            "wait": "RUN_STARTED",
+        }
+        _export(server, path)
+        exported_at = json.loads(path.read_text())["exported_at"]
+        left_alone = _finish(server, ids)
+        assert all(state == "RUN_SUCCESS" for state, _ in left_alone.values()), left_alone
+
+        server.reset()
+        loaded = server.load(path)
+        assert loaded["workflow_runs"] == 3
+        # An empty server starts at the export's time (when the export read the account).
+        assert server.now == datetime.fromisoformat(exported_at.replace("Z", "+00:00"))
+        assert _outputs(server, ids) == at_export  # each run at its recorded step
+        assert _finish(server, ids) == left_alone
