@@ -73,19 +73,20 @@ def build_account(qstash: FakeQStash, journal: Journal) -> dict[str, str]:
     qstash.advance("1h")
     ship_at = START_S + 2 * 86400
     payload = {"order": 1, "sku": "sku-1", "qty": 2, "ship_at": ship_at}
+    shipping = qstash.trigger(f"{APP}/order", {**payload, "order": 2}, run_id="wfr_shipping")
+    failing = qstash.trigger(f"{APP}/fails", {"card": "4242"}, run_id="wfr_failed")
+    qstash.advance("1h")  # shipping: through the call, asleep until ship_at; failed: in the DLQ
+    qstash.handler_takes(f"{STOCK_URL}/reserve", "10m", times=1)
+    midcall = qstash.trigger(f"{APP}/order", {**payload, "order": 3}, run_id="wfr_midcall")
+    qstash.advance("31s")  # its cool-down over, its call in flight for 10 minutes
     asleep = qstash.trigger(f"{APP}/order", payload, run_id="wfr_asleep")
     qstash.tick()  # validate ran; asleep in cool-down (30 s)
-    shipping = qstash.trigger(f"{APP}/order", {**payload, "order": 2}, run_id="wfr_shipping")
-    qstash.advance("1m")  # through the call: asleep until ship_at
-    fresh = qstash.trigger(f"{APP}/order", {**payload, "order": 3}, run_id="wfr_fresh")
-    failing = qstash.trigger(f"{APP}/fails", {"card": "4242"}, run_id="wfr_failed")
-    qstash.advance("1h")
     return {
         "nightly": nightly,
         "paused": paused,
         "asleep": asleep,
         "shipping": shipping,
-        "fresh": fresh,
+        "midcall": midcall,
         "failed": failing,
     }
 
@@ -154,10 +155,20 @@ def test_every_resource_is_there_with_its_ids(account: dict[str, Any], loaded: A
     exported_dlq = {m["dlqId"] for page in document["dlq"] for m in page["messages"]}
     assert {e.dlq_id for e in fake.dlq} == exported_dlq
     in_progress = {r.run_id for r in fake.runs if r.state == "RUN_STARTED"}
-    assert in_progress == {ids["asleep"], ids["shipping"], ids["fresh"]}
+    assert in_progress == {ids["asleep"], ids["shipping"], ids["midcall"]}
+    # Three positions: asleep in the first sleep, its call in flight, asleep until shipping.
+    then = account["runs_then"]
+    assert then[ids["asleep"]] == then[ids["midcall"]] == ["validate", "cool-down"]
+    assert then[ids["shipping"]] == ["validate", "cool-down", "reserve", "ship"]
+    [midcall] = [
+        r for r in document["workflow_runs"][0]["runs"] if r["workflowRunId"] == ids["midcall"]
+    ]
+    [in_flight] = midcall["steps"][-1]["steps"]  # what is next: the call, not a step
+    assert midcall["steps"][-1]["type"] == "next"
+    assert in_flight["messageId"] not in {s.message_id for s in fake.messages}
     for run in fake.runs:
         if run.state == "RUN_STARTED":
-            assert [s.name for s in run.steps] == account["runs_then"][run.run_id]
+            assert [s.name for s in run.steps] == then[run.run_id]
     assert (summary.schedules, summary.queues, summary.url_groups) == (2, 2, 1)
     assert (summary.workflow_runs, summary.workflow_dlq) == (3, 1)
 
@@ -174,7 +185,7 @@ def test_runs_finish_with_the_outputs_they_had_when_left_alone(
 ) -> None:
     fake, _, journal, *_ = loaded
     fake.advance("3d")
-    for run_id in (account["ids"]["asleep"], account["ids"]["shipping"], account["ids"]["fresh"]):
+    for run_id in (account["ids"]["asleep"], account["ids"]["shipping"], account["ids"]["midcall"]):
         (run,) = [r for r in fake.runs if r.run_id == run_id]
         assert run.state == "RUN_SUCCESS", run
         assert {s.name: s.out for s in run.steps} == account["finished"][run_id]

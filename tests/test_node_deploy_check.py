@@ -29,8 +29,8 @@ class Runs:
     ids: dict[str, str]
 
 
-def start_app(server: ServerProcess, rename: str = "") -> NodeApp:
-    env = {**server.env, "DEPLOY_RENAME": rename}
+def start_app(server: ServerProcess, rename: str = "", change: str = "") -> NodeApp:
+    env = {**server.env, "DEPLOY_RENAME": rename, "DEPLOY_CHANGE": change}
     return NodeApp.start_script(SCRIPT, cwd=NODE_DIR, env=env)
 
 
@@ -71,9 +71,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
         yield Runs(server, path, ids)
 
 
-def check(runs: Runs, rename: str = "") -> tuple[int, dict[str, list[str]]]:
+def check(runs: Runs, rename: str = "", change: str = "") -> tuple[int, dict[str, list[str]]]:
     """check-deploy against the app with ``rename``: the exit status and each route's row."""
-    with start_app(runs.server, rename) as app:
+    with start_app(runs.server, rename, change) as app:
         done = command(
             "check-deploy", str(runs.path), "--app", app.url, "--url", runs.server.url,
             server=runs.server,
@@ -127,3 +127,27 @@ def test_a_renamed_step_of_a_parallel_group(runs: Runs) -> None:
 
     assert status == 1
     assert rows["par"][:4] == ["incompatible", "2", "right-v2", "right"]
+
+
+@pytest.mark.parametrize(
+    ("change", "next_step"), [("append", "c"), ("body", "c")], ids=["appended", "body changed"]
+)
+def test_compatible_changes(runs: Runs, change: str, next_step: str) -> None:
+    status, rows = check(runs, change=change)
+
+    assert status == 0
+    assert rows["flow"] == ["compatible", "-", "-", "-", f"published its next step '{next_step}'"]
+
+
+@pytest.mark.parametrize(
+    ("change", "expected", "found"),
+    [("swap", "b", "a"), ("remove", "b", "a")],
+    ids=["two steps swapped", "a step removed"],
+)
+def test_incompatible_changes(runs: Runs, change: str, expected: str, found: str) -> None:
+    status, rows = check(runs, change=change)
+
+    assert status == 1
+    refusal = f"500 Incompatible step name. Expected '{expected}', got '{found}' from the request"
+    assert rows["flow"] == ["incompatible", "1", expected, found, refusal]
+    assert rows["wait"][0] == rows["par"][0] == "compatible"
