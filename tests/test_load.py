@@ -535,3 +535,20 @@ def test_a_step_shown_only_as_what_is_next_resumes_the_run() -> None:
         assert journal.names("wfr_hand") == ["confirm"]
     finally:
         fake.stop()
+
+
+def test_what_the_account_held_loads_whatever_the_fakes_plan() -> None:
+    """An export is what the account had: the plan's limits apply to what comes next."""
+    from pytest_qstash.engine.plans import PLANS
+
+    limit = PLANS["free"].url_groups
+    groups = [{"name": f"g{i}", "endpoints": [{"url": f"{HOOKS}/{i}"}]} for i in range(limit + 1)]
+    with FakeQStash(plan="free") as fake:
+        assert fake.load({"version": 1, "url_groups": [groups]}).url_groups == limit + 1
+        assert len(fake.url_groups) == limit + 1
+        answer = httpx.post(
+            f"{API}/v2/topics/one-more/endpoints",
+            json={"endpoints": [{"url": f"{HOOKS}/x"}]},
+            headers={"Authorization": f"Bearer {fake.token}"},
+        )
+        assert answer.status_code >= 400  # the plan's limit holds for a new group

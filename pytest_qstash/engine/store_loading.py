@@ -22,6 +22,7 @@ from .options import MessageOptions
 from .queues import Queue
 from .run_settings import RunSettings
 from .schedules import CronExpression, Schedule
+from .url_groups import Endpoint, UrlGroup
 from .workflows import STEP, WorkflowRun
 
 
@@ -74,6 +75,16 @@ class LoadVerbs:
         if created_ms is not None:
             queue.created_ms = created_ms
         return queue
+
+    def load_url_group(self: Engine, name: str, endpoints: Iterable[Endpoint]) -> UrlGroup:
+        """A URL group with its endpoints, whatever the plan's limit (what the account held)."""
+        now = self.clock.now_ms
+        group = self.url_groups.get(name)
+        if group is None:
+            group = self.url_groups[name] = UrlGroup(name, now, now)
+        for endpoint in endpoints:
+            group.upsert(endpoint, now)
+        return group
 
     def load_schedule(
         self: Engine,

@@ -100,7 +100,7 @@ class LoadPlan:
         for name, parallelism, paused, created in self.queue_entries:
             store.load_queue(name, parallelism, paused, created)
         for name, endpoints in self.group_entries:
-            store.upsert_url_group(name, endpoints)
+            store.load_url_group(name, endpoints)
         for key, pinned_parallelism, pinned_rate, period, paused in self.flow_entries:
             store.load_flow_key(
                 key,
