@@ -22,7 +22,7 @@ from pytest_qstash.server.datadir import codec as codec
 
 #: The fingerprint of the saved classes' fields, per schema. A change of fields without a new
 #: SCHEMA fails ``test_the_saved_fields_are_those_of_the_schema``.
-FINGERPRINTS = {2: "886dbadfbd4f7571", 3: "224585d67c06e0c3"}
+FINGERPRINTS = {2: "886dbadfbd4f7571", 3: "224585d67c06e0c3", 4: "17cef6e2b199eaf8"}
 
 
 class App:
@@ -280,6 +280,12 @@ def test_a_restored_retention_goes_on_forgetting(qstash: FakeQStash, client: QSt
     assert sorted(store.messages) == sorted(qstash.store.messages)
     assert ids["dead"] not in store.messages
     assert len(store.events) == len(qstash.store.events)
+
+
+def test_a_schema_3_store_is_migrated_to_hold_back_no_message() -> None:
+    document: dict[str, Any] = {"kinds": {"store": {"1": {"generation": {"msg_1": 2}}}}}
+    codec.migrate(document, 3)
+    assert document["kinds"]["store"]["1"] == {"generation": {"msg_1": 2}, "set_aside": {}}
 
 
 def test_schema_2_messages_are_migrated_to_say_they_began_no_run() -> None:

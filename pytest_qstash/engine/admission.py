@@ -34,6 +34,8 @@ class Admission:
     _global_waiting: dict[str, None]
     #: Each message's latest planned delivery: an event of an older one is stale.
     _generation: dict[str, int]
+    #: Messages a server holds back (``set_aside``), in order: nothing is planned for them.
+    _set_aside: dict[str, None]
 
     def admission(self, message: Message, at_ms: int) -> tuple[Hold | None, int | None]:
         """The admission rule, read without changing anything: what holds a message due at
@@ -132,10 +134,8 @@ class Admission:
             self._plan_delivery(message, max(message.not_before_ms, self.clock.now_ms))
 
     def _plan_delivery(self, message: Message, due_ms: int) -> None:
-        generation = self._generation.get(message.message_id, 0)
-        if generation < _CANCELLED:  # set aside: planned again, it is no longer
-            generation = _CANCELLED - 1 - generation
-        generation += 1
+        self._set_aside.pop(message.message_id, None)  # planned again: no longer set aside
+        generation = self._generation.get(message.message_id, 0) + 1
         self._generation[message.message_id] = generation
         self.clock.schedule(due_ms, "deliver", message.message_id, generation)
 
@@ -144,9 +144,10 @@ class Admission:
         """Plan nothing for a waiting message (an attempt ``requeue`` put back) until it is
         planned again (``take_back``, or a "run now"): the delivery planned for it goes
         stale. Nothing is logged and nothing failed: it waits, CREATED or RETRY."""
-        generation = self._generation.get(message.message_id, 0)
-        if generation >= 0 and not message.done:
-            self._generation[message.message_id] = _CANCELLED - 1 - generation
+        if message.done:
+            return
+        self._generation[message.message_id] = self._generation.get(message.message_id, 0) + 1
+        self._set_aside[message.message_id] = None
 
     def take_back(self, message: Message) -> bool:
         """A message set aside is due now; False when it is not set aside (any more)."""
@@ -158,19 +159,11 @@ class Admission:
 
     def is_set_aside(self, message_id: str) -> bool:
         message = self.messages.get(message_id)
-        if message is None or message.done:
-            return False
-        return self._generation.get(message_id, 0) < _CANCELLED
+        return message is not None and not message.done and message_id in self._set_aside
 
     def set_aside_ids(self) -> list[str]:
-        """The messages set aside, in the order they were first planned."""
-        return [
-            message_id
-            for message_id, generation in self._generation.items()
-            if generation < _CANCELLED and self.is_set_aside(message_id)
-        ]
-
-
-#: The generation of a cancelled message (any event for it is stale); one set aside keeps its
-#: own below it, ``_CANCELLED - 1 - generation``, restored when it is planned again.
-_CANCELLED = -1
+        """The messages set aside, in the order they were set aside (those that ended since,
+        cancelled or forgotten, are dropped)."""
+        for message_id in [m for m in self._set_aside if not self.is_set_aside(m)]:
+            del self._set_aside[message_id]
+        return list(self._set_aside)

@@ -89,7 +89,7 @@ class Store(RunVerbs, ResourceVerbs, LoadVerbs, PlanChecks, Admission):
         self.schedules = Schedules(clock, ids, dedup_window_ms)
         self.queues = Queues()
         self.flow_keys = FlowKeys()
-        self._generation: dict[str, int] = {}
+        self._generation, self._set_aside = {}, {}  # typed where Admission declares them
         #: Callback messages not finished yet, by the message they report on: a queued
         #: message keeps its slot until they are done, as on QStash.
         self._callbacks_pending: dict[str, set[str]] = {}

@@ -246,6 +246,7 @@ REGISTRY: tuple[Entry, ...] = (
             "queues",
             "flow_keys",
             "_generation",
+            "_set_aside",
             "_callbacks_pending",
             "workflows",
             "waiters",

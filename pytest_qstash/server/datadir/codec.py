@@ -33,8 +33,9 @@ from ..forms import TAGGED, UNTAGGED
 #: The plain-data layout's version. Bump it whenever a saved class gains, loses or renames a
 #: public field (or a kind comes or goes), and add a migration from the previous one to
 #: MIGRATIONS. (1 was the pickled layout of pytest-qstash 0.1, which is not read; 2 named the
-#: private attributes of the store's tables, 3 their public names.)
-SCHEMA = 3
+#: private attributes of the store's tables, 3 their public names, 4 added the messages a server
+#: holds back.)
+SCHEMA = 4
 
 #: Plain data, as read from a data dir: ``meta``, ``roots`` (name: value) and ``kinds``
 #: (kind: {row id: {field: value}}).
@@ -98,6 +99,17 @@ def _to_schema_3(document: Document) -> None:
 
 
 MIGRATIONS[2] = _to_schema_3
+
+
+def _to_schema_4(document: Document) -> None:
+    """Schema 4 adds the store's ``set_aside`` (the messages a server holding a loaded export
+    holds back): a store saved before held none."""
+    for fields in document["kinds"].get("store", {}).values():
+        if type(fields) is dict:
+            fields.setdefault("set_aside", {})
+
+
+MIGRATIONS[3] = _to_schema_4
 
 
 class CodecError(ValueError):
