@@ -99,7 +99,7 @@ def _cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
 def test_the_graph_sees_every_kind_of_import() -> None:
     # Guards the reader: a TYPE_CHECKING import and one inside a function are edges too.
     assert "pytest_qstash.server.processes.server" in GRAPH["pytest_qstash.server.fixture"]
-    assert "pytest_qstash.testing.fake" in GRAPH["pytest_qstash.plugin"]
+    assert "pytest_qstash.testing.fake" in GRAPH["pytest_qstash.testing.pytest_layer"]
     assert _cycles({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}) == [
         ["a", "b", "c"]
     ]
@@ -124,6 +124,7 @@ EDGE_LAYERS = (
     "pytest_qstash.server",
     "pytest_qstash.testing.fake",
     "pytest_qstash.plugin",
+    "pytest_qstash.testing.pytest_layer",
     "pytest_qstash.intercept.router",
 )
 
@@ -394,7 +395,7 @@ COLLECTION_READERS = {
 }
 
 MUTATION_ALLOWED = {
-    ("pytest_qstash.plugin", "guard.refused"): (
+    ("pytest_qstash.testing.pytest_layer", "guard.refused"): (
         "the interception guard's refused calls (session_routers), not engine state"
     ),
     ("pytest_qstash.server.control.client", "event.message"): (

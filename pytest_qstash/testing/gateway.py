@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -19,7 +19,9 @@ from ..intercept import sdk_retries
 from ..wire import api
 from ..wire._http import request_path
 from ..wire.faults import Fault, FaultTable
-from .dry_run import DryRun
+
+if TYPE_CHECKING:  # a deploy check's, made when one runs
+    from .dry_run import DryRun
 
 #: How many API calls ``qstash.api_calls`` keeps (the newest).
 API_CALLS_KEPT = 1_000

@@ -10,7 +10,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..delivery.dispatcher import Dispatcher
 from ..delivery.handler_time import HandlerDuration, HandlerTimes
@@ -21,14 +21,15 @@ from ..engine.store import Store
 from ..engine.verb_specs import ContinueRun, FailNext, Notify, Trigger, verb
 from ..engine.workflows import WorkflowRun
 from ..wire.faults import Fault
-from ..wire.load import Loaded, LoadError, export_start_ms, load_export
 from ..wire.publish_headers import read_overrides
 from ..wire.waiters import notify_answer
-from . import deploy_check
 from .appclock import AppClock
-from .deploy_check import Verdict
 from .gateway import ApiGateway
 from .moments import start_ms
+
+if TYPE_CHECKING:  # loaded on first use: a test that never loads or checks pays for neither
+    from ..wire.load import Loaded
+    from .deploy_check import Verdict
 
 
 class PythonVerbs:
@@ -59,6 +60,8 @@ class PythonVerbs:
         did not choose its start (``FakeQStash(start=...)``, the marker's or the ini's
         ``start``); otherwise it stays where it is. ``start`` moves it there first (not
         backwards, once something is planned)."""
+        from ..wire.load import LoadError, export_start_ms, load_export
+
         store = self.store
         fresh = not (store.messages or store.schedules or store.dlq or len(store.clock))
         at: int | None
@@ -234,11 +237,15 @@ class PythonVerbs:
         answer read (``testing.deploy_check``; ``docs/how-to/check-deploy.md``). A dry run
         for QStash's state: the app's API calls meanwhile are answered, not applied."""
         __tracebackhide__ = True
+        from . import deploy_check
+
         return deploy_check.check_fake(self._dispatcher, self._gateway)
 
     async def acheck_deploy(self) -> list[Verdict]:
         """``check_deploy`` from async code."""
         __tracebackhide__ = True
+        from . import deploy_check
+
         return await deploy_check.acheck_fake(self._dispatcher, self._gateway)
 
 
