@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +178,8 @@ def test_the_clock_starts_at_the_export_time(account: dict[str, Any], loaded: An
     fake, summary, *_ = loaded
     assert summary.exported_at is not None
     assert fake.now == summary.exported_at
+    # The app's wall clock went there too (back in time: the fake held nothing yet).
+    assert abs(datetime.now(timezone.utc) - summary.exported_at) < timedelta(seconds=1)
     assert summary.as_dict()["exported_at"].endswith("Z")
 
 
