@@ -34,8 +34,9 @@ class Admission:
     _global_waiting: dict[str, None]
     #: Each message's latest planned delivery: an event of an older one is stale.
     _generation: dict[str, int]
-    #: Messages a server holds back (``set_aside``), in order: nothing is planned for them.
-    _set_aside: dict[str, None]
+    #: Messages a server holds back (``set_aside``), in order, with when each was set aside:
+    #: nothing is planned for them.
+    _set_aside: dict[str, int]
 
     def admission(self, message: Message, at_ms: int) -> tuple[Hold | None, int | None]:
         """The admission rule, read without changing anything: what holds a message due at
@@ -147,7 +148,7 @@ class Admission:
         if message.done:
             return
         self._generation[message.message_id] = self._generation.get(message.message_id, 0) + 1
-        self._set_aside[message.message_id] = None
+        self._set_aside.setdefault(message.message_id, self.clock.now_ms)
 
     def take_back(self, message: Message) -> bool:
         """A message set aside is due now; False when it is not set aside (any more)."""
@@ -161,9 +162,9 @@ class Admission:
         message = self.messages.get(message_id)
         return message is not None and not message.done and message_id in self._set_aside
 
-    def set_aside_ids(self) -> list[str]:
-        """The messages set aside, in the order they were set aside (those that ended since,
-        cancelled or forgotten, are dropped)."""
+    def set_aside_ids(self) -> dict[str, int]:
+        """The messages set aside, in the order they were set aside, each with when it was
+        (those that ended since, cancelled or forgotten, are dropped)."""
         for message_id in [m for m in self._set_aside if not self.is_set_aside(m)]:
             del self._set_aside[message_id]
-        return list(self._set_aside)
+        return dict(self._set_aside)

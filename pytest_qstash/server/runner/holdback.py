@@ -161,7 +161,7 @@ class Holdback:
         """List the messages the store holds set aside (a data dir's, after a restart): why
         is asked again; one the rule lets go now is planned again."""
         store = self._require_store()
-        for message_id in store.set_aside_ids():
+        for message_id, since_ms in store.set_aside_ids().items():
             message = store.messages[message_id]
             why = self.reason(message.url)
             if why is None:
@@ -171,7 +171,7 @@ class Holdback:
                     message_id,
                     message.url,
                     why,
-                    ms_to_datetime(store.clock.now_ms),
+                    ms_to_datetime(since_ms),
                     _kind(store, message),
                 )
 
