@@ -22,7 +22,7 @@ from .options import MessageOptions
 from .queues import Queue
 from .run_settings import RunSettings
 from .schedules import CronExpression, Schedule
-from .url_groups import Endpoint, UrlGroup
+from .url_groups import Endpoint, UrlGroup, upsert_group
 from .workflows import STEP, WorkflowRun
 
 
@@ -78,13 +78,7 @@ class LoadVerbs:
 
     def load_url_group(self: Engine, name: str, endpoints: Iterable[Endpoint]) -> UrlGroup:
         """A URL group with its endpoints, whatever the plan's limit (what the account held)."""
-        now = self.clock.now_ms
-        group = self.url_groups.get(name)
-        if group is None:
-            group = self.url_groups[name] = UrlGroup(name, now, now)
-        for endpoint in endpoints:
-            group.upsert(endpoint, now)
-        return group
+        return upsert_group(self.url_groups, name, endpoints, self.clock.now_ms)
 
     def load_schedule(
         self: Engine,

@@ -15,7 +15,7 @@ from .flow_control import FlowKey
 from .models import Message
 from .options import MessageOptions
 from .schedules import CronExpression, Schedule
-from .url_groups import Endpoint, UrlGroup
+from .url_groups import Endpoint, UrlGroup, upsert_group
 
 
 class ResourceVerbs:
@@ -25,13 +25,7 @@ class ResourceVerbs:
         """Add the endpoints to the group ``name`` (created if the plan has room for it); an
         endpoint whose URL it has already is renamed."""
         self.check_new_url_group(name)
-        now = self.clock.now_ms
-        group = self.url_groups.get(name)
-        if group is None:
-            group = self.url_groups[name] = UrlGroup(name, now, now)
-        for endpoint in endpoints:
-            group.upsert(endpoint, now)
-        return group
+        return upsert_group(self.url_groups, name, endpoints, self.clock.now_ms)
 
     def remove_url_group_endpoints(self: Engine, name: str, endpoints: Iterable[Endpoint]) -> None:
         """Remove the endpoints (by URL, or by name) from an existing group (``KeyError`` for

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -57,3 +58,16 @@ class UrlGroup:
         ]
         self.updated_ms = now_ms
         return before - len(self.endpoints)
+
+
+def upsert_group(
+    groups: dict[str, UrlGroup], name: str, endpoints: Iterable[Endpoint], now_ms: int
+) -> UrlGroup:
+    """Add the endpoints to the group ``name`` of ``groups`` (created if it does not exist);
+    an endpoint whose URL it has already is renamed."""
+    group = groups.get(name)
+    if group is None:
+        group = groups[name] = UrlGroup(name, now_ms, now_ms)
+    for endpoint in endpoints:
+        group.upsert(endpoint, now_ms)
+    return group
