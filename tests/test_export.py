@@ -172,6 +172,7 @@ def run_export(
 def exported(account: Account, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     path = tmp_path_factory.mktemp("export") / "account.json"
     before = datetime.now(timezone.utc)
+    server_time = account.server.now  # a virtual clock: it stands still while nobody moves it
     done = run_export("--to", str(path), "--url", account.server.url, token=account.server.token)
     assert done.returncode == 0, done.stderr
     text = path.read_text(encoding="utf-8")
@@ -182,6 +183,7 @@ def exported(account: Account, tmp_path_factory: pytest.TempPathFactory) -> dict
         "stderr": done.stderr,
         "before": before,
         "after": datetime.now(timezone.utc),
+        "server_time": server_time,
     }
 
 
@@ -204,7 +206,8 @@ def test_the_file_says_its_format_source_and_moment(
     assert document["source"] == account.server.url
     moment = datetime.fromisoformat(document["exported_at"].replace("Z", "+00:00"))
     assert moment.utcoffset() == timedelta(0)
-    assert exported["before"] - timedelta(seconds=1) <= moment <= exported["after"]
+    # QStash's time when it answered (its Date, to the second): here, the server's clock.
+    assert moment == exported["server_time"].replace(microsecond=0)
     assert set(document) == {
         "version",
         "source",
@@ -515,3 +518,20 @@ def test_the_how_to_lists_every_flag_and_shows_every_key() -> None:
     ]
     for resource in exporting.RESOURCES:
         assert f"`{resource.request}" in text, resource.request
+
+
+def test_without_a_dated_answer_the_moment_is_this_machines() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        paged = {"/v2/dlq": "messages", "/v2/workflows/dlq": "messages"}
+        if request.url.path == "/v2/workflows/logs":
+            return httpx.Response(200, json={"runs": []})
+        if request.url.path in paged:
+            return httpx.Response(200, json={paged[request.url.path]: []})
+        return httpx.Response(200, json=[])
+
+    before = datetime.now(timezone.utc)
+    document = exporting.export(
+        "https://qstash.example.test", "t" * 20, transport=httpx.MockTransport(answer)
+    )
+    moment = datetime.fromisoformat(document["exported_at"].replace("Z", "+00:00"))
+    assert before - timedelta(milliseconds=1) <= moment <= datetime.now(timezone.utc)

@@ -71,6 +71,10 @@ def test_typescript_runs_exported_and_loaded_go_on_to_the_same_outputs(tmp_path:
         }
         _export(server, path)
         exported_at = json.loads(path.read_text())["exported_at"]
+        # The server's (virtual) time when it answered, from its answers' Date, to the second.
+        assert exported_at == server.now.replace(microsecond=0).isoformat().replace(
+            "+00:00", ".000Z"
+        )
         left_alone = _finish(server, ids)
         assert all(state == "RUN_SUCCESS" for state, _ in left_alone.values()), left_alone
 

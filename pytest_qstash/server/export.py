@@ -18,7 +18,9 @@ follows each cursor to its end:
 The file holds QStash's answers as they came, each resource a list of answers (one for a
 plain list, one per page for a paged one, in the order read), which is what ``jq
 --slurpfile`` makes of the answers ``curl`` appends to a file: a user can build one by hand.
-Beside them: ``version`` (the format's, 1), ``source`` (the API's URL) and ``exported_at``.
+Beside them: ``version`` (the format's, 1), ``source`` (the API's URL) and ``exported_at``
+(QStash's time when it first answered, its ``Date``: a local server's virtual clock too; this
+machine's when no answer is dated).
 Never the token (an answer that contains it has it replaced) nor the signing keys (never
 read). The file is written at once or not at all (a temporary file renamed), readable by its
 owner only: it can hold message bodies.
@@ -39,6 +41,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -201,6 +204,7 @@ def export(
         "source": url,
         "exported_at": _now_iso(),
     }
+    dates: list[str] = []
     with httpx.Client(
         base_url=url,
         headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
@@ -209,9 +213,14 @@ def export(
         transport=transport,
     ) as client:
         for resource in RESOURCES:
-            answers = _read(client, url, resource)
+            answers = _read(client, url, resource, dates)
             document[resource.name] = answers
             progress(_summary(resource, answers))
+    # QStash's own time when it first answered (its Date), rather than this machine's: the
+    # same for QStash, and a local server's virtual clock for one.
+    answered_at = _date(dates[0]) if dates else None
+    if answered_at is not None:
+        document["exported_at"] = answered_at
     replaced = _replace_token(document, token)
     if replaced:
         progress(
@@ -226,10 +235,22 @@ def _now_iso() -> str:
     return moment.replace("+00:00", "Z")
 
 
-def _read(client: httpx.Client, url: str, resource: Resource) -> list[Any]:
+def _date(header: str) -> str | None:
+    """An HTTP ``Date`` as the file's ISO 8601 form; None for one that cannot be read."""
+    try:
+        moment = parsedate_to_datetime(header)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if moment.tzinfo is None:
+        return None
+    iso = moment.astimezone(timezone.utc).isoformat(timespec="milliseconds")
+    return iso.replace("+00:00", "Z")
+
+
+def _read(client: httpx.Client, url: str, resource: Resource, dates: list[str]) -> list[Any]:
     """The answers to ``resource``'s request: one, or one per page until no cursor is left."""
     if resource.items is None:
-        answer = _get(client, url, resource, None)
+        answer = _get(client, url, resource, None, dates)
         if not isinstance(answer, list):
             raise ExportError(
                 f"{url} answered {resource.request} with {_kind(answer)}, not the list QStash "
@@ -240,7 +261,7 @@ def _read(client: httpx.Client, url: str, resource: Resource) -> list[Any]:
     seen: set[str] = set()
     cursor: str | None = None
     while True:
-        page = _get(client, url, resource, cursor)
+        page = _get(client, url, resource, cursor, dates)
         if not isinstance(page, dict) or not isinstance(page.get(resource.items), list):
             raise ExportError(
                 f"{url} answered {resource.request} with {_kind(page)}, not an object with a "
@@ -267,7 +288,9 @@ def _read(client: httpx.Client, url: str, resource: Resource) -> list[Any]:
         cursor = following
 
 
-def _get(client: httpx.Client, url: str, resource: Resource, cursor: str | None) -> Any:
+def _get(
+    client: httpx.Client, url: str, resource: Resource, cursor: str | None, dates: list[str]
+) -> Any:
     params = dict(resource.params)
     if cursor is not None:
         params["cursor"] = cursor
@@ -281,6 +304,8 @@ def _get(client: httpx.Client, url: str, resource: Resource, cursor: str | None)
     except httpx.HTTPError as exc:
         raise ExportError(f"could not reach {url} ({request}): {_reason(exc)}") from None
     status = response.status_code
+    if "date" in response.headers:
+        dates.append(response.headers["date"])
     if status in (401, 403):
         raise ExportError(
             f"{url} refused the token: {request} answered {status}{_quoted_error(response)} "

@@ -127,6 +127,8 @@ async def _serve(
         lifespan="on",
         ws="none",  # no WebSocket route: wsproto or websockets need not be imported
         access_log=False,
+        # The app dates its answers itself: the QStash API's with the server's clock.
+        date_header=False,
         http=_idle_closing_protocol(idle_timeout),
     )
     server = uvicorn.Server(config)

@@ -28,6 +28,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from email.utils import formatdate
 from typing import Any, Literal
 
 import httpx
@@ -205,6 +206,11 @@ class QStashServerApp:
             except httpx.TransportError:  # a fault of kind "network": no answer
                 await _break_connection(send)
                 return
+            # Dated on the server's clock, as QStash's answers are on its own: an export
+            # reads from it when it read the account (a virtual clock's time, too).
+            virtual = self.settings.clock == "virtual"
+            at = self.fake.clock.now_ms / 1000 if virtual else time.time()
+            response.headers["Date"] = formatdate(at, usegmt=True)
         await _write_response(send, response)
         _log_request(scope, response.status_code)
 
@@ -581,5 +587,7 @@ async def _write_response(send: Send, response: httpx.Response) -> None:
     content = response.content
     headers = [(k, v) for k, v in response.headers.raw if k.lower() not in (b"content-length",)]
     headers.append((b"content-length", str(len(content)).encode()))
+    if "date" not in response.headers:
+        headers.append((b"date", formatdate(time.time(), usegmt=True).encode()))
     await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
     await send({"type": "http.response.body", "body": content})
