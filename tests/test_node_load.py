@@ -26,7 +26,9 @@ def _outputs(server: ServerProcess, ids: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for route, run_id in ids.items():
         run = server.runs.one(run_id=run_id)
-        out[route] = (run.state, [(s.name, s.out) for s in run.steps])
+        # By step id: a parallel group's branches publish their results in either order.
+        steps = sorted(run.steps, key=lambda s: s.step_id)
+        out[route] = (run.state, [(s.step_id, s.name, s.out) for s in steps])
     return out
 
 
