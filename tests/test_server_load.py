@@ -294,6 +294,12 @@ def test_client_load_answers_the_counts_and_a_bad_document_loads_nothing(
             server.load(account["path"])  # a path, read by the client
         with pytest.raises(LoadError, match="cannot read"):
             server.load(account["path"].with_name("nowhere.json"))
+        with api(server) as http:
+            assert http.get("/_qstash/state").json()["holding_back"] is True
+            server.reset(keep=["schedules"])  # the export's schedule is kept: so is the rule
+            assert http.get("/_qstash/state").json()["holding_back"] is True
+            server.reset()  # nothing of the export is left: nothing is held back any more
+            assert http.get("/_qstash/state").json()["holding_back"] is False
     start = "2026-05-01T00:00:00Z"
     with ServerProcess.start(clock="virtual", start=start) as server:
         server.load(account["path"])

@@ -51,9 +51,8 @@ def qstash_server(
     ``reset()`` to forget what earlier tests left, and ``mount(prefix, to)`` to send the
     server's outbound requests under a URL prefix to a local fake (kept by resets: unmount, or
     mount in a ``with`` block, for one test). ``load(FILE)`` takes in an export; the server
-    then holds back deliveries to URLs neither on loopback nor mounted, for as long as it
-    runs (``held()``, ``retry_held()``): load into a ``ServerProcess`` of the test's own
-    unless every URL of the session's tests is mounted."""
+    then holds back deliveries to URLs neither on loopback nor mounted (``held()``,
+    ``retry_held()``) until a ``reset()`` that keeps nothing."""
     from .processes.server import ServerProcess
 
     options = {"clock": "virtual", "retention": False, **qstash_server_options}

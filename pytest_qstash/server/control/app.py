@@ -475,6 +475,8 @@ class QStashServerApp:
         # order they run in.
         fake = build_fake(self.settings, start, self.resets + 1, plan)
         carry_over(old.store, fake.store, keep)
+        if not keep:  # nothing of a loaded export is left: its URLs are no longer held back
+            self.settings = dataclasses.replace(self.settings, loaded=False)
         self.resets += 1
         self._install(fake)
         self.persistence.reset()
