@@ -555,3 +555,47 @@ def test_what_the_account_held_loads_whatever_the_fakes_plan() -> None:
             headers={"Authorization": f"Bearer {fake.token}"},
         )
         assert answer.status_code >= 400  # the plan's limit holds for a new group
+
+
+def test_a_call_step_shown_under_its_callback_call_type_is_replayed_as_a_step() -> None:
+    """The logs may show a finished ``context.call`` under ``fromCallback``: it is the step
+    result the app published, replayed as such (the call is not made again)."""
+    document = _hand_made()
+    [run] = document["workflow_runs"][0]["runs"]
+    validate = run["steps"][1]["steps"][0]
+    cool_down = {
+        **validate,
+        "stepId": 2,
+        "stepName": "cool-down",
+        "stepType": "SleepFor",
+        "sleepFor": 30,
+        "out": "",
+        "messageId": "msg_hand_cool",
+    }
+    reply = {"status": 200, "body": json.dumps({"reserved": 1}), "header": {}}
+    reserve = {
+        **validate,
+        "stepId": 3,
+        "stepName": "reserve",
+        "stepType": "Call",
+        "callType": "fromCallback",
+        "out": json.dumps(reply),
+        "messageId": "msg_hand_reserve",
+    }
+    run["steps"][2:] = [
+        {"type": "sequential", "steps": [cool_down]},
+        {"type": "sequential", "steps": [reserve]},
+        {"type": "next", "steps": [{"messageId": "msg_hand_reserve", "state": "STEP_RETRY"}]},
+    ]
+    journal, received = Journal(), []
+    fake = fresh_fake(journal, received, [False])
+    try:
+        fake.load(document)
+        fake.advance("2d")
+        (loaded_run,) = fake.runs
+        assert loaded_run.state == "RUN_SUCCESS"
+        assert loaded_run.step("confirm").out == {"order": 9, "reserved": 1}
+        assert journal.stock_requests == []  # the call's answer was recorded: not made again
+        assert journal.names("wfr_hand") == ["confirm"]
+    finally:
+        fake.stop()

@@ -214,7 +214,10 @@ def _step_message(
             not_before_ms=created,
             max_retries=retries,
         ),
-        step.optional_text("callType") or STEP,
+        # A step shown is a step result the app published (a call's too, once its answer came
+        # back), whatever call type the logs show the exchange under: the steps array
+        # carries it as a step, as the SDK published it.
+        STEP,
     )
 
 
