@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 import httpx
 
 from .engine import Engine
-from .flow_control import FlowKey
 from .models import DlqEntry, Message, MessageState
 from .options import MessageOptions
 from .queues import Queue
@@ -100,24 +99,6 @@ class LoadVerbs:
         if paused:
             self.schedules.pause(schedule)
         return schedule
-
-    def load_flow_key(
-        self: Engine,
-        key: str,
-        *,
-        parallelism: int | None,
-        rate: int | None,
-        period_s: int | None,
-        paused: bool,
-    ) -> FlowKey:
-        """A flow-control key with the limits it had pinned (the others come with the
-        messages that name it) and paused if it was."""
-        flow = self.flow_key(key)
-        if parallelism is not None or rate is not None:
-            flow.pin(self.clock.now_ms, parallelism=parallelism, rate=rate, period_s=period_s)
-        flow.paused = paused
-        self.wake_flow(key)
-        return flow
 
     def load_dead_letter(
         self: Engine,

@@ -60,15 +60,16 @@ class PythonVerbs:
         did not choose its start (``FakeQStash(start=...)``, the marker's or the ini's
         ``start``); otherwise it stays where it is. ``start`` moves it there first (not
         backwards, once something is planned)."""
-        from ..wire.load import LoadError, export_start_ms, load_export
+        from ..wire.load import LoadError, export_start_ms, load_export, read_document
 
+        document = read_document(source)  # read once: its time, then its resources
         store = self.store
         fresh = not (store.messages or store.schedules or store.dlq or len(store.clock))
         at: int | None
         if start is not None:
             at = start_ms(start)
         else:
-            at = export_start_ms(source) if fresh and not self.start_given else None
+            at = export_start_ms(document) if fresh and not self.start_given else None
         if at is not None and at < store.clock.now_ms:
             if not fresh:
                 raise LoadError(
@@ -76,7 +77,7 @@ class PythonVerbs:
                     "never goes backwards (load before anything is published)"
                 )
             store.clock.start_over_at(at)
-        loaded = load_export(store, source, start_ms=at)
+        loaded = load_export(store, document, start_ms=at)
         self._app_clock.move_to(store.clock.now_ms)
         return loaded
 

@@ -10,12 +10,13 @@ and checked first (``read_plan``), then applied (``LoadPlan.apply``); what canno
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from ..engine.models import ms_to_datetime
+from ..engine.options import MessageOptions
 from ..engine.schedules import CronExpression, InvalidCron
 from ..engine.store import Store
 from ..engine.url_groups import Endpoint
@@ -32,7 +33,15 @@ from .export_entries import (
 )
 from .recorded_runs import DeadLetter, RecordedRun, read_workflows
 
-__all__ = ["LoadError", "LoadPlan", "Loaded", "export_start_ms", "load_export", "read_plan"]
+__all__ = [
+    "LoadError",
+    "LoadPlan",
+    "Loaded",
+    "export_start_ms",
+    "load_export",
+    "read_document",
+    "read_plan",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +72,19 @@ class Loaded:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class _Schedule:
+    """A schedule as the export shows it, read."""
+
+    schedule_id: str
+    destination: str
+    cron: CronExpression
+    content: bytes
+    options: MessageOptions
+    paused: bool
+    created_ms: int | None
+
+
 @dataclass
 class LoadPlan:
     """An export read and checked: what ``apply`` creates."""
@@ -74,8 +96,7 @@ class LoadPlan:
     flow_entries: list[tuple[str, int | None, int | None, int | None, bool]] = field(
         default_factory=list
     )
-    schedule_makers: list[Callable[[Store], object]] = field(default_factory=list)
-    schedule_ids: list[str] = field(default_factory=list)
+    schedule_entries: list[_Schedule] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     runs: list[RecordedRun] = field(default_factory=list)
 
@@ -87,9 +108,9 @@ class LoadPlan:
         for letter in self.dead_letters + [r.failed for r in self.runs if r.failed]:
             if letter.dlq_id in store.dlq:
                 raise LoadError(f"DLQ entry {letter.dlq_id} is loaded already: load it once")
-        for schedule_id in self.schedule_ids:
-            if schedule_id in store.schedules:
-                raise LoadError(f"schedule {schedule_id} exists already: load it once")
+        for schedule in self.schedule_entries:
+            if schedule.schedule_id in store.schedules:
+                raise LoadError(f"schedule {schedule.schedule_id} exists already: load it once")
         ids = {m.message.message_id for r in self.runs for m in r.members}
         ids.update(d.message.message_id for d in self.dead_letters)
         clash = next((i for i in sorted(ids) if i in store.messages), None)
@@ -102,15 +123,22 @@ class LoadPlan:
         for name, endpoints in self.group_entries:
             store.load_url_group(name, endpoints)
         for key, pinned_parallelism, pinned_rate, period, paused in self.flow_entries:
-            store.load_flow_key(
-                key,
-                parallelism=pinned_parallelism,
-                rate=pinned_rate,
-                period_s=period,
-                paused=paused,
+            if pinned_parallelism is not None or pinned_rate is not None:
+                store.pin_flow_key(
+                    key, parallelism=pinned_parallelism, rate=pinned_rate, period_s=period
+                )
+            # Created if it does not exist yet, paused or not as it was.
+            (store.pause_flow_key if paused else store.resume_flow_key)(key)
+        for schedule in self.schedule_entries:
+            store.load_schedule(
+                schedule.schedule_id,
+                schedule.destination,
+                schedule.cron,
+                schedule.content,
+                schedule.options,
+                paused=schedule.paused,
+                created_ms=schedule.created_ms,
             )
-        for create in self.schedule_makers:
-            create(store)
         for letter in self.dead_letters:
             store.load_dead_letter(letter.message, letter.dlq_id, letter.created_ms, letter.answer)
         for run in self.runs:
@@ -126,7 +154,7 @@ class LoadPlan:
             exported_at=None
             if self.exported_at_ms is None
             else ms_to_datetime(self.exported_at_ms),
-            schedules=len(self.schedule_makers),
+            schedules=len(self.schedule_entries),
             queues=len(self.queue_entries),
             url_groups=len(self.group_entries),
             flow_control=len(self.flow_entries),
@@ -187,42 +215,40 @@ def read_plan(document: Mapping[str, Any], *, now_ms: int) -> LoadPlan:
                 flow.flag("isPaused"),
             )
         )
-    for schedule in entries(root, "schedules"):
-        plan.schedule_makers.append(_schedule(schedule))
-        plan.schedule_ids.append(schedule.text("scheduleId"))
+    plan.schedule_entries = [_schedule(schedule) for schedule in entries(root, "schedules")]
     plan.dead_letters, plan.runs = read_workflows(root, now_ms)
     _check_unique(plan)
     return plan
 
 
-def _schedule(entry: At) -> Callable[[Store], object]:
-    schedule_id = entry.text("scheduleId")
-    destination = entry.text("destination")
+def _schedule(entry: At) -> _Schedule:
     try:
         cron = CronExpression.parse(entry.text("cron"))
     except InvalidCron as exc:
         raise entry.key("cron").fail(str(exc)) from None
-    content = entry.body()
-    opts = message_options(entry, retries_field="retries")
-    paused = entry.flag("isPaused")
-    created = entry.optional_number("createdAt")
-    return lambda store: store.load_schedule(
-        schedule_id, destination, cron, content, opts, paused=paused, created_ms=created
+    return _Schedule(
+        schedule_id=entry.text("scheduleId"),
+        destination=entry.text("destination"),
+        cron=cron,
+        content=entry.body(),
+        options=message_options(entry, retries_field="retries"),
+        paused=entry.flag("isPaused"),
+        created_ms=entry.optional_number("createdAt"),
     )
 
 
 def _check_unique(plan: LoadPlan) -> None:
-    seen: dict[str, str] = {}
+    seen: set[tuple[str, str]] = set()
     for what, key in (
         *(("queue", q[0]) for q in plan.queue_entries),
         *(("URL group", g[0]) for g in plan.group_entries),
-        *(("schedule", s) for s in plan.schedule_ids),
+        *(("schedule", s.schedule_id) for s in plan.schedule_entries),
         *(("DLQ entry", d.dlq_id) for d in plan.dead_letters),
         *(("workflow run", r.run_id) for r in plan.runs),
     ):
-        if seen.get(f"{what}:{key}") is not None:
+        if (what, key) in seen:
             raise LoadError(f"the export holds the {what} {key} twice: each must be there once")
-        seen[f"{what}:{key}"] = what
+        seen.add((what, key))
 
 
 # -- the entry point -------------------------------------------------------------------------
