@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from cli_runs import run_command
 from fastapi import FastAPI
 from ports import closed_port
 from qstash import AsyncQStash
@@ -453,20 +453,14 @@ def deployed_app(server: ServerProcess, plan: tuple[str, ...]) -> AppProcess:
 def command(
     *args: str, token: str | None = None, signing_key: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    """``pytest-qstash ARGS`` as a user runs it; this session's QSTASH_* left out but the
-    signing key the apps verify with (and ``token``, when given)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QSTASH_")}
+    """``pytest-qstash ARGS`` as a user runs it, with the signing key the apps verify with
+    (and ``token``, when given)."""
+    env = {}
     if signing_key:
         env["QSTASH_CURRENT_SIGNING_KEY"] = os.environ["QSTASH_CURRENT_SIGNING_KEY"]
     if token is not None:
         env["QSTASH_TOKEN"] = token
-    return subprocess.run(
-        [sys.executable, "-m", "pytest_qstash", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    return run_command(*args, env=env)
 
 
 def table_rows(stdout: str) -> list[list[str]]:

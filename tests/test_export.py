@@ -20,7 +20,6 @@ import os
 import re
 import stat
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 from ci_requirements import OPENAPI_DOCUMENTS, missing
+from cli_runs import run_command
 from openapi_documents import ABSENT, DOCUMENTS_DIR, load
 from ports import closed_port
 from qstash import QStash
@@ -154,18 +154,9 @@ def _populate(server: ServerProcess, app: AppProcess, sdk: QStash) -> Account:
 def run_export(
     *args: str, token: str | None, extra_env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """The command as a user runs it; QSTASH_* of this process left out (a test session's)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QSTASH_")}
-    if token is not None:
-        env["QSTASH_TOKEN"] = token
-    env.update(extra_env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "pytest_qstash", "export", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    """The command as a user runs it: ``token`` (and ``extra_env``) its only QSTASH_*."""
+    env = {} if token is None else {"QSTASH_TOKEN": token}
+    return run_command("export", *args, env={**env, **(extra_env or {})})
 
 
 @pytest.fixture(scope="module")

@@ -506,6 +506,19 @@ def test_an_export_assembled_from_the_openapi_shapes_loads() -> None:
         fake.stop()
 
 
+def _cool_down(validate: dict[str, Any]) -> dict[str, Any]:
+    """/order's second step, its sleep, as the logs show it (after ``validate``'s)."""
+    return {
+        **validate,
+        "stepId": 2,
+        "stepName": "cool-down",
+        "stepType": "SleepFor",
+        "sleepFor": 30,
+        "out": "",
+        "messageId": "msg_hand_cool",
+    }
+
+
 def test_a_step_shown_only_as_what_is_next_resumes_the_run() -> None:
     """A step result published and not yet delivered may be shown only in the ``next`` group,
     whole: it is the message that resumes the run, not a step to run again."""
@@ -514,13 +527,7 @@ def test_a_step_shown_only_as_what_is_next_resumes_the_run() -> None:
     validate = run["steps"][1]["steps"][0]
     run["steps"][2]["steps"] = [
         {
-            **validate,
-            "stepId": 2,
-            "stepName": "cool-down",
-            "stepType": "SleepFor",
-            "sleepFor": 30,
-            "out": "",
-            "messageId": "msg_hand_cool",
+            **_cool_down(validate),
             "state": "STEP_PROGRESS",
             "nextDeliveryTime": 1772438430000,  # START + 30 s
         }
@@ -563,15 +570,7 @@ def test_a_call_step_shown_under_its_callback_call_type_is_replayed_as_a_step() 
     document = _hand_made()
     [run] = document["workflow_runs"][0]["runs"]
     validate = run["steps"][1]["steps"][0]
-    cool_down = {
-        **validate,
-        "stepId": 2,
-        "stepName": "cool-down",
-        "stepType": "SleepFor",
-        "sleepFor": 30,
-        "out": "",
-        "messageId": "msg_hand_cool",
-    }
+    cool_down = _cool_down(validate)
     reply = {"status": 200, "body": json.dumps({"reserved": 1}), "header": {}}
     reserve = {
         **validate,

@@ -7,8 +7,6 @@ different steps finish with the outputs they reach when left alone on the server
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -16,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from cli_runs import run_command
 from qstash import QStash
 from roundtrip_app import make_app
 from starlette.testclient import TestClient
@@ -73,22 +72,10 @@ def test_an_exported_server_account_loads_into_a_test_and_goes_on(
     assert {r.run_id for r in qstash_server.runs if r.state == "RUN_STARTED"} == in_progress
 
     target = tmp_path / "account.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest_qstash",
-            "export",
-            "--url",
-            qstash_server.url,
-            "--to",
-            str(target),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"QSTASH_TOKEN": qstash_server.token, "PATH": "/usr/bin:/bin"},
-    )
+    done = run_command(
+        "export", "--url", qstash_server.url, "--to", str(target),
+        env={"QSTASH_TOKEN": qstash_server.token},
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     document = json.loads(target.read_text())
     before = {r.run_id: [s.name for s in r.steps] for r in qstash_server.runs}

@@ -5,14 +5,13 @@ SDK's own replay decides, in its sequential and its parallel wording."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cli_runs import run_command
 from node_support import NODE_DIR, node_packages
 
 from pytest_qstash.server import ServerProcess
@@ -35,18 +34,11 @@ def start_app(server: ServerProcess, rename: str = "", change: str = "") -> Node
 
 
 def command(*args: str, server: ServerProcess) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QSTASH_")}
-    env.update(
-        QSTASH_TOKEN=server.token,
-        QSTASH_CURRENT_SIGNING_KEY=server.env["QSTASH_CURRENT_SIGNING_KEY"],
-    )
-    return subprocess.run(
-        [sys.executable, "-m", "pytest_qstash", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    env = {
+        "QSTASH_TOKEN": server.token,
+        "QSTASH_CURRENT_SIGNING_KEY": server.env["QSTASH_CURRENT_SIGNING_KEY"],
+    }
+    return run_command(*args, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +53,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
                 "wait": server.trigger(f"{app.url}/wait", {"eventId": "paid"}),
             }
             server.advance("1m")
+        # By step id: a parallel group's branches publish their results in either order.
         steps = {
-            route: [s.name for s in server.runs.one(run_id=run_id).steps]
+            route: [
+                s.name
+                for s in sorted(server.runs.one(run_id=run_id).steps, key=lambda s: s.step_id)
+            ]
             for route, run_id in ids.items()
         }
         assert steps == {"flow": ["a", "b"], "par": ["left", "right", "rest"], "wait": ["a"]}

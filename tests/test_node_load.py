@@ -7,13 +7,11 @@ alone."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from cli_runs import run_command
 from node_support import NODE_DIR, node_packages
 
 from pytest_qstash.server import ServerProcess
@@ -33,14 +31,8 @@ def _outputs(server: ServerProcess, ids: dict[str, str]) -> dict[str, Any]:
 
 
 def _export(server: ServerProcess, path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QSTASH_")}
-    env["QSTASH_TOKEN"] = server.token
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest_qstash", "export", "--url", server.url, "--to", str(path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
+    done = run_command(
+        "export", "--url", server.url, "--to", str(path), env={"QSTASH_TOKEN": server.token}
     )
     assert done.returncode == 0, done.stderr
 
