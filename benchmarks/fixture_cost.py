@@ -31,37 +31,50 @@ GOAL = 1.0
 #: reused across tests), with room for a full run's noise.
 CEILING = 2.75
 
-_CONFTEST = """
-import json, os, time
 
-import pytest
+def timing_hooks(*phases: str) -> str:
+    """conftest.py text that adds each test's CPU time (its thread's, which a loaded machine
+    does not inflate as it does wall time) in the given phases (``setup``, ``call``,
+    ``teardown``) to ``_SPENT``, by item name."""
+    arguments = {"setup": "item", "call": "item", "teardown": "item, nextitem"}
+    hooks = "".join(
+        f"""
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_{phase}({arguments[phase]}):
+    began = _CLOCK[0]()
+    yield
+    _timed(item, began)
+"""
+        for phase in phases
+    )
+    return (
+        """
 _CLOCK = (time.thread_time,)  # a tuple: no time library rebinds what it holds
 _SPENT = {}
 
 
 def _timed(item, began):
     _SPENT[item.name] = _SPENT.get(item.name, 0.0) + _CLOCK[0]() - began
+"""
+        + hooks
+    )
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_setup(item):
-    began = _CLOCK[0]()
-    yield
-    _timed(item, began)
+_CONFTEST = (
+    """
+import json, os, time
 
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_teardown(item, nextitem):
-    began = _CLOCK[0]()
-    yield
-    _timed(item, began)
-
+import pytest
+"""
+    + timing_hooks("setup", "teardown")
+    + """
 
 def pytest_sessionfinish(session):
     with open(os.environ["BENCH_OUT"], "w") as out:
         json.dump(_SPENT, out)
 """
+)
 
 _TESTS = """
 def test_bare_{i}():

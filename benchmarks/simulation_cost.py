@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fixture_cost import Report
+from fixture_cost import Report, timing_hooks
 
 #: Simulated tests may cost at most so many times their plain copies, in total.
 COST_BUDGET = 1.3
@@ -57,44 +57,20 @@ WARM_UP = 3
 #: The kinds of timed item in the cost session, taking turns in this order.
 KINDS = ("test_plain[", "test_simulated[", "test_matched[")
 
-_CONFTEST = """
+_CONFTEST = (
+    """
 import gc, json, os, time
 
 import httpx
 import pytest
 from qstash import QStash
 
-_CLOCK = (time.thread_time,)  # a tuple: no time library rebinds what it holds
-_SPENT = {}
 #: What each test says of itself (deliveries, faults), by item name.
 RECORD = {}
 KINDS = {kinds}
-
-
-def _timed(item, began):
-    _SPENT[item.name] = _SPENT.get(item.name, 0.0) + _CLOCK[0]() - began
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_setup(item):
-    began = _CLOCK[0]()
-    yield
-    _timed(item, began)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_call(item):
-    began = _CLOCK[0]()
-    yield
-    _timed(item, began)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_teardown(item, nextitem):
-    began = _CLOCK[0]()
-    yield
-    _timed(item, began)
-
+"""
+    + timing_hooks("setup", "call", "teardown")
+    + """
 
 def pytest_collection_modifyitems(items):
     # The warm-up items first, then the timed kinds taking turns (ABCABC...).
@@ -161,7 +137,8 @@ def record(request, qstash, orders, sent, faults=False):
         "faults": [[f.kind, f.message_id] for f in injected] if faults else [],
         "sent": sent if faults else [],
     }
-""".replace("{kinds}", repr(KINDS))
+"""
+).replace("{kinds}", repr(KINDS))
 
 _COST_TESTS = """
 import pytest
