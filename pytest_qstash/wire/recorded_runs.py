@@ -12,7 +12,7 @@ DLQ's resume and restart work on it.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..engine.run_settings import RunSettings
@@ -131,26 +131,20 @@ def _run(entry: At, now_ms: int, *, active: bool) -> RecordedRun:
     if not members:
         raise entry.key("steps").fail("expected the run's steps, its initial one first")
     if active:
-        due = [m for m in members if m.message.message_id in pending]
-        if not due:  # waiting, or a call in flight: it resumes from its last step
-            due = [members[-1]]
+        if not any(m.message.message_id in pending for m in members):
+            # Waiting, or a call in flight: it resumes from its last step, due now.
             last_id = members[-1].message.message_id
             pending[last_id] = now_ms
-        for index, member in enumerate(members):
-            if member in due:
-                message = member.message
-                at = pending[message.message_id]
-                members[index] = RecordedRunMessage(
-                    RecordedMessage(
-                        **{
-                            **_fields(message),
-                            "not_before_ms": at,
-                            "retried": message.retried,
-                        }
-                    ),
-                    member.call_type,
-                    pending=True,
-                )
+        members = [
+            replace(
+                member,
+                message=replace(member.message, not_before_ms=pending[member.message.message_id]),
+                pending=True,
+            )
+            if member.message.message_id in pending
+            else member
+            for member in members
+        ]
     first = members[0].message.options
     settings = RunSettings.of(first).with_options(label=",".join(labels_of(entry)) or None)
     return RecordedRun(run_id, url, created, settings, members)
@@ -170,10 +164,6 @@ def _is_result(step: At) -> bool:
         and kind not in _AWAITED
         and not step.has("waitEventId")
     )
-
-
-def _fields(message: RecordedMessage) -> dict[str, Any]:
-    return {name: getattr(message, name) for name in RecordedMessage.__slots__}
 
 
 def _step_message(
