@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-_BASE58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+#: The characters of the ids QStash makes (base58: no 0, O, I or l).
+BASE58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 
 
 class IdGenerator:
@@ -25,7 +26,7 @@ class IdGenerator:
 
     def token(self, length: int) -> str:
         self.drawn += length
-        return "".join(self._random.choices(_BASE58, k=length))
+        return "".join(self._random.choices(BASE58, k=length))
 
     def skip(self, count: int) -> None:
         """Draw ``count`` characters for nothing: afterwards the generator is where one is

@@ -38,12 +38,12 @@ from urllib.parse import parse_qs, unquote
 
 import httpx
 
+from ..engine.ids import BASE58
 from ..engine.store import Store
 from ..engine.workflows import STEP, TO_CALLBACK
 from ..wire._http import empty_response, json_response, request_path
 from ..wire.waiters import notify_answer
 
-_BASE58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 _RUNS = "/v2/workflows/runs"
 _STEP_NAME_HEADER = "upstash-callback-forward-upstash-workflow-stepname"
 
@@ -156,7 +156,7 @@ class DryRun:
         """``length`` base58 characters, from the seed and how many ids came before."""
         self._ids += 1
         digest = hashlib.sha512(f"dry run {self._seed} {self._ids}".encode()).digest()
-        return "".join(_BASE58[byte % len(_BASE58)] for byte in digest[:length])
+        return "".join(BASE58[byte % len(BASE58)] for byte in digest[:length])
 
     # -- what the app did ---------------------------------------------------------------
     def did(self, run_id: str) -> str | None:
