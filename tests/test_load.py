@@ -598,3 +598,48 @@ def test_a_call_step_shown_under_its_callback_call_type_is_replayed_as_a_step() 
         assert journal.names("wfr_hand") == ["confirm"]
     finally:
         fake.stop()
+
+
+@pytest.mark.parametrize(
+    ("document", "sentence"),
+    [
+        (
+            {"queues": [[{"name": "q", "parallelism": 10**20}]]},
+            r"^queues\[0\]\[0\]\.parallelism: expected a whole number from 1 to "
+            r"9223372036854775807",
+        ),
+        (
+            {
+                "dlq": [
+                    {"messages": [{"dlqId": "1-1", "url": "https://a.test", "createdAt": 2**62}]}
+                ]
+            },
+            r"^dlq\[0\]\.messages\[0\]\.createdAt: expected a whole number from 0 to "
+            r"253402300799999",
+        ),
+        (
+            {"dlq": [{"messages": [{"dlqId": "1-1", "url": "https://"}]}]},
+            r"^dlq\[0\]\.messages\[0\]\.url: invalid url 'https://'",
+        ),
+        (
+            {"schedules": [[{"scheduleId": "s", "cron": "* * * * *", "destination": "ftp://x"}]]},
+            r"^schedules\[0\]\[0\]\.destination: invalid destination 'ftp://x'",
+        ),
+        (
+            {"url_groups": [[{"name": "g", "endpoints": [{"url": "mailto:a@b.test"}]}]]},
+            r"^url_groups\[0\]\[0\]\.endpoints\[0\]\.url: ",
+        ),
+    ],
+    ids=["parallelism past 64 bits", "a time past 9999", "a URL without host", "ftp", "mailto"],
+)
+def test_numbers_and_urls_qstash_would_not_hold_are_refused(
+    document: dict[str, Any], sentence: str
+) -> None:
+    with FakeQStash(start=START) as fake:
+        fake.load({"version": 1, "queues": [[{"name": "before"}]]})  # something there already
+        with pytest.raises(LoadError, match=sentence):
+            fake.load({"version": 1, "schedules": [[]], **document})
+        assert [q.name for q in fake.queues] == ["before"]  # nothing of it was loaded
+        assert list(fake.dlq) == []
+        assert list(fake.schedules) == []
+        assert list(fake.url_groups) == []

@@ -22,7 +22,8 @@ from typing import Any
 
 import httpx
 
-from ..engine.options import InvalidOption, MessageOptions
+from ..engine.deliverable import Undeliverable, checked_url
+from ..engine.options import LATEST_MS, InvalidOption, MessageOptions
 from ..engine.store_loading import RecordedAnswer, RecordedMessage
 from .publish_headers import parse_options
 
@@ -37,6 +38,10 @@ PAGED = {
     "workflow_dlq": "messages",
 }
 PLAIN = ("schedules", "queues", "url_groups", "flow_control")
+
+
+#: The largest number QStash's answers hold (a signed 64-bit integer).
+INT64_MAX = 2**63 - 1
 
 
 class LoadError(ValueError):
@@ -118,20 +123,42 @@ class At:
             raise self.key(name).fail(f"expected a string, got {kind(value)}")
         return value
 
-    def number(self, name: str, default: int | None = None, minimum: int = 0) -> int:
+    def number(
+        self,
+        name: str,
+        default: int | None = None,
+        minimum: int = 0,
+        maximum: int = INT64_MAX,
+    ) -> int:
+        """A whole number from ``minimum`` to ``maximum`` (QStash's numbers are 64-bit)."""
         value = self.value.get(name)
         if value is None and default is not None:
             return default
         if isinstance(value, str) and value.strip().isdigit():
             value = int(value)  # a cursor-like id some answers quote
-        if type(value) is not int or value < minimum:
+        if type(value) is not int or not minimum <= value <= maximum:
             raise self.key(name).fail(
-                f"expected a whole number of at least {minimum}, got {kind(value)}"
+                f"expected a whole number from {minimum} to {maximum}, got {kind(value)}"
             )
         return value
 
     def optional_number(self, name: str, minimum: int = 0) -> int | None:
         return None if self.value.get(name) is None else self.number(name, minimum=minimum)
+
+    def moment(self, name: str, default: int | None = None) -> int:
+        """A time in milliseconds since 1970, up to the end of the year 9999 (as the engine's
+        clock and QStash's answers hold them)."""
+        return self.number(name, default, maximum=LATEST_MS)
+
+    def optional_moment(self, name: str) -> int | None:
+        return None if self.value.get(name) is None else self.moment(name)
+
+    def url(self, name: str) -> str:
+        """A URL something is delivered to (http or https, a host), as QStash takes one."""
+        try:
+            return checked_url(self.text(name), name)
+        except Undeliverable as exc:
+            raise self.key(name).fail(str(exc)) from None
 
     def flag(self, name: str) -> bool:
         value = self.value.get(name)
@@ -283,15 +310,15 @@ def labels_of(entry: At) -> list[str]:
 
 def recorded_message(entry: At, *, url_key: str = "url") -> RecordedMessage:
     """A message as QStash shows it (``GET /v2/messages``, the DLQ)."""
-    created = entry.number("createdAt", default=0)
+    created = entry.moment("createdAt", default=0)
     return RecordedMessage(
         # The workflow DLQ's document shows no message id: one is made from the entry's.
         message_id=entry.optional_text("messageId") or f"msg_{entry.text('dlqId')}",
-        url=entry.text(url_key),
+        url=entry.url(url_key),
         content=entry.body(),
         options=message_options(entry),
         created_ms=created,
-        not_before_ms=entry.number("notBefore", default=created),
+        not_before_ms=entry.moment("notBefore", default=created),
         max_retries=entry.optional_number("maxRetries"),
         retried=entry.number("retried", default=0),
         queue=entry.optional_text("queueName"),

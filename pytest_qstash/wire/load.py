@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from ..engine.deliverable import is_url
 from ..engine.models import ms_to_datetime
 from ..engine.options import MessageOptions
 from ..engine.schedules import CronExpression, InvalidCron
@@ -193,12 +194,12 @@ def read_plan(document: Mapping[str, Any], *, now_ms: int) -> LoadPlan:
                 queue.text("name"),
                 queue.number("parallelism", default=1, minimum=1),
                 queue.flag("paused"),
-                queue.optional_number("createdAt"),
+                queue.optional_moment("createdAt"),
             )
         )
     for group in entries(root, "url_groups"):
         endpoints = [
-            Endpoint(endpoint.obj().text("url"), endpoint.optional_text("name"))
+            Endpoint(endpoint.obj().url("url"), endpoint.optional_text("name"))
             for endpoint in group.key("endpoints").items("endpoints")
         ]
         if endpoints:  # QStash deletes a group once it is empty
@@ -228,13 +229,26 @@ def _schedule(entry: At) -> _Schedule:
         raise entry.key("cron").fail(str(exc)) from None
     return _Schedule(
         schedule_id=entry.text("scheduleId"),
-        destination=entry.text("destination"),
+        destination=_destination(entry),
         cron=cron,
         content=entry.body(),
         options=message_options(entry, retries_field="retries"),
         paused=entry.flag("isPaused"),
-        created_ms=entry.optional_number("createdAt"),
+        created_ms=entry.optional_moment("createdAt"),
     )
+
+
+def _destination(entry: At) -> str:
+    """A schedule's destination: a URL QStash takes, or a URL group's name."""
+    destination = entry.text("destination")
+    if is_url(destination) or "://" in destination:
+        return entry.url("destination")
+    if not all(c.isalnum() or c in "-_." for c in destination):
+        raise entry.key("destination").fail(
+            f"invalid destination {destination!r}: expected an http(s) URL or a URL group's "
+            "name (letters, digits, '-', '_' and '.')"
+        )
+    return destination
 
 
 def _check_unique(plan: LoadPlan) -> None:

@@ -70,7 +70,7 @@ def read_workflows(root: At, now_ms: int) -> tuple[list[DeadLetter], list[Record
             continue
         failed = _run(run_at, now_ms, active=False)
         failed.failed = letter
-        failed.ended_ms = run_at.number("workflowRunCompletedAt", default=letter.created_ms)
+        failed.ended_ms = run_at.moment("workflowRunCompletedAt", default=letter.created_ms)
         runs.append(failed)
     for entry in entries(root, "dlq"):
         letter = dead_letter(entry)
@@ -89,15 +89,15 @@ def dead_letter(entry: At) -> DeadLetter:
     return DeadLetter(
         dlq_id=entry.text("dlqId"),
         message=message,
-        created_ms=entry.number("createdAt", default=message.created_ms),
+        created_ms=entry.moment("createdAt", default=message.created_ms),
         answer=recorded_answer(entry),
     )
 
 
 def _run(entry: At, now_ms: int, *, active: bool) -> RecordedRun:
     run_id = entry.text("workflowRunId")
-    url = entry.text("workflowUrl")
-    created = entry.number("workflowRunCreatedAt", default=entry.number("workflowCreatedAt", 0))
+    url = entry.url("workflowUrl")
+    created = entry.moment("workflowRunCreatedAt", default=entry.moment("workflowCreatedAt", 0))
     members: list[RecordedRunMessage] = []
     plans: list[RecordedRunMessage] = []
     results: list[RecordedRunMessage] = []
@@ -110,7 +110,7 @@ def _run(entry: At, now_ms: int, *, active: bool) -> RecordedRun:
             if kind == "next":
                 if step.has("messageId"):
                     message_id = step.text("messageId")
-                    pending[message_id] = step.number("nextDeliveryTime", default=now_ms)
+                    pending[message_id] = step.moment("nextDeliveryTime", default=now_ms)
                     known = any(m.message.message_id == message_id for m in members)
                     if not known and members and _is_result(step):
                         # A step published and not delivered yet, shown only as what is next.
@@ -193,7 +193,7 @@ def _step_message(
         content = json.dumps(raw, separators=(",", ":")).encode()
         if plan and not _is_plan(step):
             message_id += "-plan"  # the plan's own message is not in the logs: named after it
-    created = step.number("createdAt", default=run_created_ms)
+    created = step.moment("createdAt", default=run_created_ms)
     return RecordedRunMessage(
         RecordedMessage(
             message_id=message_id,
