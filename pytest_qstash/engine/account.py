@@ -11,6 +11,8 @@ import binascii
 import json
 import os
 
+from .saved import Saved, saved_as
+
 
 def make_token(user_id: str, password: str) -> str:
     """A token shaped as QStash's: standard base64 of ``{"UserID": ..., "Password": ...}``,
@@ -44,7 +46,9 @@ DEFAULT_ENV = {
 }
 
 
-class Account:
+class Account(Saved):
+    SAVED = saved_as("_token _current _next")
+
     def __init__(
         self,
         token: str | None = None,

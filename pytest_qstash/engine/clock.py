@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Literal
 
 from .models import ms_to_datetime
+from .saved import UNSET, Saved, saved_as
 
 EventKind = Literal["deliver", "end", "cron", "flow", "wait"]
 
@@ -31,7 +32,10 @@ class DueEvent:
     generation: int = 0
 
 
-class VirtualClock:
+class VirtualClock(Saved):
+    SAVED = saved_as("now_ms _heap _seq")
+    UNSAVED = {"on_move": UNSET, "rank": UNSET}
+
     def __init__(self, start_ms: int) -> None:
         self.now_ms = start_ms
         self._heap: list[tuple[int, int, DueEvent]] = []

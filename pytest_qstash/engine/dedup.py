@@ -10,6 +10,7 @@ from collections import deque
 import httpx
 
 from .options import MessageOptions
+from .saved import Saved, saved_as
 
 DEFAULT_DEDUP_WINDOW_MS = 10 * 60 * 1000
 
@@ -26,8 +27,10 @@ def dedup_key(url: str, content: bytes, opts: MessageOptions) -> str | None:
     return "content:" + digest.hexdigest()
 
 
-class Deduplication:
+class Deduplication(Saved):
     """What each key created (an id), until its window ends."""
+
+    SAVED = saved_as("window_ms _seen _ends")
 
     def __init__(self, window_ms: int = DEFAULT_DEDUP_WINDOW_MS) -> None:
         self.window_ms = window_ms

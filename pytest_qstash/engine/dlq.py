@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from .attempts import AttemptResult
 from .models import DlqEntry, Message
+from .saved import Saved, saved_as
 
 
-class DeadLetters(dict[str, DlqEntry]):
+class DeadLetters(dict[str, DlqEntry], Saved):
     """The DLQ by dlq id, in the order messages failed."""
+
+    SAVED = saved_as("_seq")
 
     def __init__(self) -> None:
         super().__init__()

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 
 from .options import FlowControl
+from .saved import Saved
 
 #: The longest rate period QStash takes: one week, in seconds.
 MAX_PERIOD_S = 7 * 24 * 60 * 60
@@ -148,7 +149,7 @@ class FlowKey:
         return period_end
 
 
-class FlowKeys(dict[str, FlowKey]):
+class FlowKeys(dict[str, FlowKey], Saved):
     """The account's flow-control keys by name, and what happens to them as messages come,
     start, end and go. Planning on the clock stays with the store (it owns the generations);
     this decides who waits, who is released, and when a key wants to wake."""

@@ -5,11 +5,15 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from .saved import Saved, saved_as
+
 #: The characters of the ids QStash makes (base58: no 0, O, I or l).
 BASE58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 
 
-class IdGenerator:
+class IdGenerator(Saved):
+    SAVED = saved_as("_random drawn")
+
     def __init__(self, seed: int | str = 0) -> None:
         self._random = random.Random(seed)
         #: Characters drawn so far: where the sequence is (a server's journal records it).

@@ -13,6 +13,7 @@ from datetime import datetime
 from itertools import islice
 
 from .models import ms_to_datetime
+from .saved import Saved
 
 
 @dataclass(eq=False, slots=True)
@@ -51,7 +52,7 @@ class Queue:
         return f"<Queue {self.name} parallelism={self.parallelism} lag={self.lag}{state}>"
 
 
-class Queues(dict[str, Queue]):
+class Queues(dict[str, Queue], Saved):
     """The account's queues by name, and the FIFO rules of joining, waiting and leaving. The
     store plans on the clock what these rules release."""
 

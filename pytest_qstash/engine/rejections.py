@@ -8,6 +8,8 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from .saved import Saved, saved_as
+
 #: Only the newest are kept: an app retrying a bad call in a loop must not grow memory.
 MAX_KEPT = 50
 
@@ -34,8 +36,10 @@ class RejectedCall:
     injected: bool = False
 
 
-class RejectedCalls:
+class RejectedCalls(Saved):
     """The newest ``MAX_KEPT`` rejected calls, oldest first, and how many there were in all."""
+
+    SAVED = saved_as("_kept total")
 
     def __init__(self) -> None:
         self._kept: deque[RejectedCall] = deque(maxlen=MAX_KEPT)

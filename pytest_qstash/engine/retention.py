@@ -20,6 +20,7 @@ from typing import Any, Generic, TypeVar, overload
 from .dlq import DeadLetters
 from .models import Delivery, DlqEntry, Event, Message
 from .plans import Plan
+from .saved import UNSET, Saved, saved_as
 from .workflows import WorkflowRun, WorkflowRuns
 
 T = TypeVar("T")
@@ -30,11 +31,13 @@ _GONE: Any = None
 _COMPACT_AT = 1024
 
 
-class Trail(Generic[T]):
+class Trail(Generic[T], Saved):
     """An append-only history (the log, the deliveries) whose oldest entries can be dropped:
     a list with a moving start, compacted once half of it is dropped, so that dropping is
     amortized O(1) per entry and indexing stays O(1). ``dropped`` counts what was dropped in
     all, so that an absolute position (a log cursor) stays valid across drops."""
+
+    SAVED = saved_as("_items _start dropped")
 
     __slots__ = ("_items", "_start", "dropped")
 
@@ -101,7 +104,7 @@ class Trail(Generic[T]):
         return f"<Trail of {len(self)} ({self.dropped} dropped)>"
 
 
-class Retention:
+class Retention(Saved):
     """Forgets what the plan's retention no longer keeps, as the clock moves past it.
 
     It is told what finished (a message, a run) and what was dead-lettered, and reads the
@@ -109,6 +112,13 @@ class Retention:
     run, a run only once all its messages are done and its DLQ entry (if any) is gone, and a
     message callbacks are still to report on waits for them: what a live thing needs is
     never forgotten under it."""
+
+    SAVED = saved_as(
+        "log_ms dlq_ms _events _deliveries _dlq _workflows _finished _finished_ms _runs _dead"
+        " forgotten"
+    )
+    #: The store's own collection and methods: set again by the store it serves (``attach``).
+    UNSAVED = {"_messages": UNSET, "_forget_message": UNSET, "_awaits_callbacks": UNSET}
 
     def __init__(
         self,
@@ -124,14 +134,11 @@ class Retention:
     ) -> None:
         self.log_ms = plan.log_retention_ms
         self.dlq_ms = plan.dlq_retention_ms
-        self._messages = messages
         self._events = events
         self._deliveries = deliveries
         self._dlq = dlq
         self._workflows = workflows
-        #: The store's own: forgetting a message, and whether callbacks about one are due.
-        self._forget_message = forget_message
-        self._awaits_callbacks = awaits_callbacks
+        self.attach(messages, forget_message, awaits_callbacks)
         #: (when it expires, message id), in that order; a message finished again since
         #: (redelivered) has a later entry, and the earlier one is skipped.
         self._finished: deque[tuple[int, str]] = deque()
@@ -140,6 +147,18 @@ class Retention:
         self._dead: deque[tuple[int, str]] = deque()
         #: How many of each were forgotten (for reports and probes).
         self.forgotten: dict[str, int] = {"messages": 0, "runs": 0, "dlq": 0}
+
+    def attach(
+        self,
+        messages: Mapping[str, Message],
+        forget_message: Callable[[str], None],
+        awaits_callbacks: Callable[[str], bool],
+    ) -> None:
+        """Serve the store whose messages these are: it forgets a message, and says whether
+        callbacks about one are still due (a restored store attaches its retention again)."""
+        self._messages = messages
+        self._forget_message = forget_message
+        self._awaits_callbacks = awaits_callbacks
 
     # -- told by the store ------------------------------------------------------------------
     def message_finished(self, message_id: str, now_ms: int) -> None:

@@ -25,6 +25,7 @@ from .dedup import DEFAULT_DEDUP_WINDOW_MS, Deduplication, dedup_key
 from .ids import IdGenerator
 from .models import Message, ms_to_datetime
 from .options import LATEST_MS, MessageOptions
+from .saved import Saved, saved_as
 from .url_groups import UnknownDestination
 
 
@@ -163,11 +164,13 @@ class Schedule:
         )
 
 
-class Schedules(dict[str, Schedule]):
+class Schedules(dict[str, Schedule], Saved):
     """The account's schedules by id, with the rules of creating, overwriting, deleting,
     pausing, resuming and firing them, and their firings on the virtual clock: a schedule has
     at most one planned firing, which goes stale (skipped when due) once the schedule is
     deleted, replaced or paused."""
+
+    SAVED = saved_as("_clock _ids dedup")
 
     def __init__(
         self, clock: VirtualClock, ids: IdGenerator, dedup_window_ms: int = DEFAULT_DEDUP_WINDOW_MS

@@ -38,11 +38,12 @@ from .flow_control import FlowKeys
 from .ids import IdGenerator
 from .models import KEPT_RESPONSE_BYTES, Delivery, DlqEntry, Event, Message
 from .options import MessageOptions
-from .plans import DAY_MS, DEFAULT_PLAN, PLANS, DailyQuotaExceeded, Plan
+from .plans import DEFAULT_PLAN, PLANS, Plan
 from .queues import Queues
 from .rejections import RejectedCall, RejectedCalls
 from .retention import Retention, Trail
 from .retry import DEFAULT_RETRIES
+from .saved import UNSET, Saved, saved_as
 from .schedules import Schedules
 from .simulation import Simulation
 from .store_limits import PlanChecks
@@ -64,7 +65,17 @@ __all__ = [
 ]
 
 
-class Store(RunVerbs, ResourceVerbs, LoadVerbs, PlanChecks, Admission):
+class Store(RunVerbs, ResourceVerbs, LoadVerbs, PlanChecks, Admission, Saved):
+    #: What a data dir keeps of a store (its tables save their own fields).
+    SAVED = saved_as(
+        "clock ids account default_retries messages events dlq dedup url_groups schedules queues"
+        " flow_keys _generation _set_aside _callbacks_pending workflows waiters api_errors"
+        " deliveries in_flight plan global_parallelism _global_waiting max_response_ms"
+        " _attempt_seq _published_day retention"
+    )
+    #: A simulation is one run's choice (``serve --simulate``), not state to keep.
+    UNSAVED = {"simulation": UNSET}
+
     def __init__(
         self,
         clock: VirtualClock,
@@ -129,6 +140,13 @@ class Store(RunVerbs, ResourceVerbs, LoadVerbs, PlanChecks, Admission):
                 awaits_callbacks=self.awaits_callbacks,
             )
             clock.on_move = self.retention.expire
+
+    def restored(self) -> None:
+        # The tables it owns call it, and its retention reads its messages, as when built.
+        self.workflows.tell_weakly(self._run_ended)
+        if self.retention is not None:
+            self.retention.attach(self.messages, self.forget_message, self.awaits_callbacks)
+            self.clock.on_move = self.retention.expire
 
     @property
     def dedup_window_ms(self) -> int:
@@ -519,33 +537,6 @@ class Store(RunVerbs, ResourceVerbs, LoadVerbs, PlanChecks, Admission):
 
     def pending(self) -> Iterable[Message]:
         return (m for m in self.messages.values() if not m.done)
-
-    # -- the plan's daily quota (its other limits: store_limits.py) -------------------------
-    def count_daily(self, count: int) -> None:
-        """Count ``count`` messages the API publishes against the plan's daily quota (a UTC
-        day), or refuse them all (``DailyQuotaExceeded``) when they would exceed it. Only
-        what the API publishes counts: not retries, callbacks or schedule firings."""
-        limit = self.plan.messages_per_day
-        if limit is None:
-            return
-        now = self.clock.now_ms
-        day_start = now - now % DAY_MS
-        day, used = self._published_day
-        if day != day_start:
-            used = 0
-        if used + count > limit:
-            raise DailyQuotaExceeded(self.plan.name, limit, used, day_start + DAY_MS)
-        self._published_day = (day_start, used + count)
-
-    # -- queues (a queue's other verbs: admission.py) -----------------------------------------
-    def delete_queue(self, name: str) -> bool:
-        queue = self.queues.pop(name, None)
-        if queue is None:
-            return False
-        # Its waiting messages go with it (logged as cancelled), never delivered unordered.
-        for message_id in list(queue.members):
-            self.cancel(self.messages[message_id])
-        return True
 
     # -- a message's end: its queue slot, once its callbacks are done ------------------------
     def _finished(self, message: Message) -> None:

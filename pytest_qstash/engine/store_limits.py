@@ -3,7 +3,7 @@ or a queue is created: the Store's checks (their rules: ``plans.py``, ``delivera
 
 ``PlanChecks`` is part of the ``Store`` (its base): each check reads the store as ``self``,
 seen through ``Engine``, and changes nothing; it refuses with ``PlanLimitExceeded`` or
-``Undeliverable``.
+``Undeliverable``. The daily quota is counted here too (``count_daily``).
 """
 
 from __future__ import annotations
@@ -11,13 +11,20 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from . import plans
+from .clock import VirtualClock
 from .deliverable import checked_destination
 from .engine import Engine
 from .options import MessageOptions
+from .plans import DAY_MS, DailyQuotaExceeded, Plan
 
 
 class PlanChecks:
     """The refusals a request meets before anything is created."""
+
+    plan: Plan
+    clock: VirtualClock
+    #: Messages the API published on one UTC day: (the day's start, how many).
+    _published_day: tuple[int, int]
 
     def check_message(self: Engine, opts: MessageOptions, content: bytes) -> None:
         """Refuse a publish (or a schedule's template) over the plan's size, delay or retries
@@ -56,6 +63,23 @@ class PlanChecks:
         return checked_destination(
             destination, self.url_groups, group_needs_endpoints=group_needs_endpoints
         )
+
+    # -- the plan's daily quota -------------------------------------------------------------
+    def count_daily(self, count: int) -> None:
+        """Count ``count`` messages the API publishes against the plan's daily quota (a UTC
+        day), or refuse them all (``DailyQuotaExceeded``) when they would exceed it. Only
+        what the API publishes counts: not retries, callbacks or schedule firings."""
+        limit = self.plan.messages_per_day
+        if limit is None:
+            return
+        now = self.clock.now_ms
+        day_start = now - now % DAY_MS
+        day, used = self._published_day
+        if day != day_start:
+            used = 0
+        if used + count > limit:
+            raise DailyQuotaExceeded(self.plan.name, limit, used, day_start + DAY_MS)
+        self._published_day = (day_start, used + count)
 
 
 def _active_schedules(store: Engine) -> int:

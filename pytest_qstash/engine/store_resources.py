@@ -1,5 +1,5 @@
 """The Store's verbs on the resources the API manages beside messages: URL groups, schedules,
-flow-control keys and dead letters.
+flow-control keys, queues and dead letters.
 
 ``ResourceVerbs`` is part of the ``Store`` (its base): each verb takes the store as ``self``,
 seen through ``Engine``, the seam the rules modules use; the rules are the resources' own
@@ -19,7 +19,8 @@ from .url_groups import Endpoint, UrlGroup, upsert_group
 
 
 class ResourceVerbs:
-    """What the API and the fixture ask of URL groups, schedules, flow keys and dead letters."""
+    """What the API and the fixture ask of URL groups, schedules, flow keys, queues and dead
+    letters."""
 
     def upsert_url_group(self: Engine, name: str, endpoints: Iterable[Endpoint]) -> UrlGroup:
         """Add the endpoints to the group ``name`` (created if the plan has room for it); an
@@ -150,6 +151,16 @@ class ResourceVerbs:
     def delete_dead_letter(self: Engine, dlq_id: str) -> bool:
         """Drop a DLQ entry; False when there is none with this id."""
         return self.dlq.delete(dlq_id)
+
+    # -- queues (their other verbs: admission.py) -------------------------------------------
+    def delete_queue(self: Engine, name: str) -> bool:
+        queue = self.queues.pop(name, None)
+        if queue is None:
+            return False
+        # Its waiting messages go with it (logged as cancelled), never delivered unordered.
+        for message_id in list(queue.members):
+            self.cancel(self.messages[message_id])
+        return True
 
 
 def _publish_firing(store: Engine, schedule: Schedule) -> list[Message]:

@@ -27,6 +27,7 @@ from typing import Any
 from .durations import parse_duration_ms
 from .models import ms_to_datetime
 from .options import LATEST_MS, MessageOptions
+from .saved import Saved, saved_as
 from .workflows import WorkflowRun
 
 #: QStash's default wait timeout: seven days.
@@ -99,8 +100,10 @@ class Waiter:
         )
 
 
-class Waiters:
+class Waiters(Saved):
     """The waits in progress, by event, and the notifies kept for runs not yet waiting."""
+
+    SAVED = saved_as("_by_id _saved _count")
 
     def __init__(self) -> None:
         self._by_id: dict[str, Waiter] = {}

@@ -23,6 +23,7 @@ from typing import Any, Literal
 from .models import DlqEntry, InvalidTransition, Invoker, Message, ms_to_datetime
 from .options import MessageOptions
 from .run_settings import RunSettings
+from .saved import UNSET, Saved, saved_as
 from .workflow_steps import StepGroup, WorkflowStep, decode_step, group_steps
 
 RunState = Literal["RUN_STARTED", "RUN_SUCCESS", "RUN_FAILED", "RUN_CANCELED"]
@@ -98,7 +99,8 @@ class WorkflowRun:
     response: str | None = None
     #: The run whose ``context.invoke`` started this one (TypeScript SDK), if any.
     invoker: Invoker | None = None
-    _members: list[RunMember] = field(default_factory=list, repr=False)
+    #: Its messages in the order they came, each with its call type (``add_message``).
+    members: list[RunMember] = field(default_factory=list, repr=False)
     #: What the trigger set for the whole run (retries, failure URL, labels, ...).
     settings: RunSettings = field(default_factory=RunSettings, repr=False)
     #: The DLQ entry this run resumes or restarts (``qstash.resume_run`` / ``restart_run``).
@@ -127,7 +129,7 @@ class WorkflowRun:
     @property
     def redact(self) -> tuple[str, ...]:
         """What the trigger's ``Upstash-Redact-Fields`` hides, for every step of the run."""
-        return self._members[0].message.redact if self._members else ()
+        return self.members[0].message.redact if self.members else ()
 
     @property
     def created_at(self) -> datetime:
@@ -144,43 +146,43 @@ class WorkflowRun:
     @property
     def messages(self) -> list[Message]:
         """Every message of the run, in publish order (the init message first)."""
-        return [member.message for member in self._members]
+        return [member.message for member in self.members]
 
     @property
     def typed_messages(self) -> list[tuple[Message, str]]:
         """Every message of the run with the call type it joined under (``step``,
         ``toCallback``, ``fromCallback``, ``failureCall``), in publish order."""
-        return [(member.message, member.call_type) for member in self._members]
+        return [(member.message, member.call_type) for member in self.members]
 
     def add_message(self, message: Message, call_type: str) -> int:
         """Append a message to the run's list, nothing else, and return its position: how a
         copy of a run read back from the server's JSON is built (the run table's ``track``
         and ``adopt`` also index it)."""
-        self._members.append(RunMember(message, call_type, _entry_json(message, call_type)))
-        return len(self._members) - 1
+        self.members.append(RunMember(message, call_type, _entry_json(message, call_type)))
+        return len(self.members) - 1
 
     def replace_message(self, position: int, message: Message) -> None:
         """Put ``message`` in the place of the one at ``position``, under its call type (a
         dead letter retried takes the failed message's place)."""
-        call_type = self._members[position].call_type
-        self._members[position] = RunMember(message, call_type, _entry_json(message, call_type))
+        call_type = self.members[position].call_type
+        self.members[position] = RunMember(message, call_type, _entry_json(message, call_type))
 
     def carry(self, source: WorkflowRun, position: int) -> None:
         """Start with ``source``'s live messages before ``position`` (a resumed run replays
         them as steps already done; they stay ``source``'s messages)."""
-        if self._members:
+        if self.members:
             raise InvalidTransition(f"workflow run {self.run_id} has begun: it carries nothing")
         kept = source.live_members(position)
-        self._members.extend(kept)
+        self.members.extend(kept)
         self.carried = len(kept)
 
     def call_type_at(self, position: int) -> str:
-        return self._members[position].call_type
+        return self.members[position].call_type
 
     def live_members(self, stop: int | None = None) -> list[RunMember]:
         """The run's messages before position ``stop`` (all: None), each with its call type
         and steps-array element; cancelled ones left out."""
-        members = self._members if stop is None else self._members[:stop]
+        members = self.members if stop is None else self.members[:stop]
         return [m for m in members if m.message.state != "CANCELED"]
 
     def steps_body(self, position: int) -> bytes:
@@ -188,7 +190,7 @@ class WorkflowRun:
         ``{messageId, body: <standard, padded base64>, callType}``."""
         entries = [
             member.entry_json
-            for member in self._members[: position + 1]
+            for member in self.members[: position + 1]
             if member.message.state != "CANCELED"
         ]
         return ("[" + ",".join(entries) + "]").encode()
@@ -197,7 +199,7 @@ class WorkflowRun:
         """Every live message of the run as a steps-array element (the lazy fetch)."""
         return [
             json.loads(member.entry_json)
-            for member in self._members
+            for member in self.members
             if member.message.state != "CANCELED"
         ]
 
@@ -252,12 +254,12 @@ class WorkflowRun:
             )
 
     def _owed(self) -> list[Message]:
-        return [member.message for member in self._members if not member.message.done]
+        return [member.message for member in self.members if not member.message.done]
 
     @property
     def body(self) -> str:
         """The run's initial payload, as the init message carried it."""
-        return self._members[0].message.body if self._members else ""
+        return self.members[0].message.body if self.members else ""
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -271,7 +273,7 @@ class WorkflowRun:
     def _published_steps(self) -> list[WorkflowStep]:
         return [
             step
-            for member in self._members[1:]
+            for member in self.members[1:]
             if member.call_type == STEP and (step := member.step()) is not None
         ]
 
@@ -294,7 +296,7 @@ class WorkflowRun:
     def failure_call(self) -> Message | None:
         """The failure callback QStash published when the run failed (to the
         ``failure_function``'s route or the ``failure_url``), if any."""
-        for member in reversed(self._members):
+        for member in reversed(self.members):
             if member.call_type == FAILURE_CALL:
                 return member.message
         return None
@@ -320,8 +322,11 @@ class WorkflowRun:
         )
 
 
-class WorkflowRuns:
+class WorkflowRuns(Saved):
     """The run table: runs by id, and which run (and call type) each message belongs to."""
+
+    SAVED = saved_as("runs _members")
+    UNSAVED = {"on_end": UNSET}
 
     def __init__(self) -> None:
         self.runs: dict[str, WorkflowRun] = {}

@@ -5,10 +5,10 @@ Each class whose objects the control API shows (``records``) or a data dir keeps
 fields are its own: every field travels, under its name and in its type's form
 (``forms.form_of``: bytes, headers, expressions, another model), unless its ``Field`` here
 says otherwise (its name on the control API where that differs, another form such as a
-moment kept as milliseconds, the private attribute behind a public name). So a plain field
-added to a model travels in the records and in the data dir with no edit here. A class that
-is no dataclass (the store's tables) lists its saved fields, each under a public name (the
-data dir's schema), whatever attribute holds it.
+moment kept as milliseconds). So a plain field added to a model travels in the records and
+in the data dir with no edit here. A class that is no dataclass (the store's tables)
+declares what it saves itself (``engine.saved.Saved``), each field under a public name (the
+data dir's schema): nothing here names an attribute.
 
 What a message and a run's settings show of their options is derived from their properties
 of the same names (``_options_read_by``).
@@ -20,7 +20,7 @@ import dataclasses
 import functools
 import operator
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from ..engine.account import Account
@@ -37,6 +37,7 @@ from ..engine.queues import Queue, Queues
 from ..engine.rejections import RejectedCall, RejectedCalls
 from ..engine.retention import Retention, Trail
 from ..engine.run_settings import RunSettings
+from ..engine.saved import Saved
 from ..engine.schedules import Schedule, Schedules
 from ..engine.store import Store
 from ..engine.url_groups import Endpoint, UrlGroup
@@ -63,18 +64,12 @@ from .forms import (
 @dataclasses.dataclass(frozen=True)
 class Field:
     """One field: its public ``name`` (the data dir's key; the control API's too unless
-    ``record`` names it otherwise), its ``form`` in the control API's JSON, and the
-    attribute that holds it when that is not ``name``."""
+    ``record`` names it otherwise) and its ``form`` in the control API's JSON."""
 
     name: str
     #: None: its type's (``forms.form_of``).
     form: Kind | None = None
     record: str = ""
-    attr: str = ""
-
-    @property
-    def attribute(self) -> str:
-        return self.attr or self.name
 
     @property
     def record_name(self) -> str:
@@ -100,8 +95,8 @@ class Derived:
 class Entry:
     """A class the server shows or keeps: its data-dir ``table`` and, when the control API
     shows it, its ``record`` name (what an error names). For a dataclass, ``fields`` says
-    only how the fields that do not travel as themselves do; for another class it lists
-    every saved field."""
+    only how the fields that do not travel as themselves do; another class is a table that
+    declares its saved fields (``Saved.SAVED``)."""
 
     cls: type
     table: str
@@ -116,25 +111,22 @@ class Entry:
     #: How a record builds an item from its values and reads a field, when not as usual.
     build: Callable[[dict[str, Any]], Any] | None = None
     get: Callable[[Any, str], Any] | None = None
-    #: Not saved, and what they are on load (a cache, a callback the owner sets).
-    transient: Mapping[str, Callable[[], Any]] = dataclasses.field(default_factory=dict)
-    #: Another object's collection, the very same one (not saved; on load, that root's
-    #: attribute): attribute -> (root name, attribute).
-    links: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
 
     @functools.cached_property
     def all_fields(self) -> tuple[Field, ...]:
         """Every field, in the class's order: a dataclass's own, each as its ``Field`` here
-        says when it has one (its type's form otherwise); another class's as listed."""
+        says when it has one (its type's form otherwise); a table's as it declares them."""
         if not dataclasses.is_dataclass(self.cls):
-            return self.fields
-        declared = {field.attribute: field for field in self.fields}
+            if not issubclass(self.cls, Saved):
+                raise TypeError(f"{self.cls.__qualname__}: neither a dataclass nor Saved")
+            return tuple(Field(name) for name in self.cls.SAVED)
+        declared = {field.name: field for field in self.fields}
         made = []
         for f in dataclasses.fields(self.cls):
             field = declared.get(f.name) or Field(f.name)
             if field.form is None:
                 form = PLAIN if _scalar(f.type) else form_of(_resolved(self.cls, f.name, f.type))
-                field = Field(field.name, form, field.record, field.attr)
+                field = Field(field.name, form, field.record)
             made.append(field)
         return tuple(made)
 
@@ -206,7 +198,7 @@ def _group(group: StepGroup) -> dict[str, Any]:
 
 
 def _build_run(values: dict[str, Any]) -> WorkflowRun:
-    messages = values.pop("_members")
+    messages = values.pop("members")
     run = WorkflowRun(**values)
     for message, call_type in messages:
         run.add_message(message, call_type)
@@ -214,102 +206,28 @@ def _build_run(values: dict[str, Any]) -> WorkflowRun:
 
 
 def _run_field(run: WorkflowRun, name: str) -> Any:
-    return run.typed_messages if name == "_members" else getattr(run, name)
-
-
-def _private(*names: str) -> tuple[Field, ...]:
-    """Fields held by private attributes, each saved under its name without the ``_``."""
-    return tuple(
-        Field(name.lstrip("_"), attr=name) if name[0] == "_" else Field(name) for name in names
-    )
+    return run.typed_messages if name == "members" else getattr(run, name)
 
 
 _TIMES = (Field("created_ms", MILLIS, "created_at"), Field("updated_ms", MILLIS, "updated_at"))
 
 #: Every class a data dir may hold (nothing else is ever built from one), and the records.
 REGISTRY: tuple[Entry, ...] = (
-    # -- the store and its tables: no dataclasses; each saved field under a public name
-    Entry(
-        Store,
-        "store",
-        _private(
-            "clock",
-            "ids",
-            "account",
-            "default_retries",
-            "messages",
-            "events",
-            "dlq",
-            "dedup",
-            "url_groups",
-            "schedules",
-            "queues",
-            "flow_keys",
-            "_generation",
-            "_set_aside",
-            "_callbacks_pending",
-            "workflows",
-            "waiters",
-            "api_errors",
-            "deliveries",
-            "in_flight",
-            "plan",
-            "global_parallelism",
-            "_global_waiting",
-            "max_response_ms",
-            "_attempt_seq",
-            "_published_day",
-            "retention",
-        ),
-        # A simulation is the run's choice (``serve --simulate``), not state to keep.
-        transient={"simulation": lambda: None},
-    ),
-    # The store points it at its retention's ``expire`` (a restored retention is that one).
-    Entry(
-        VirtualClock,
-        "clock",
-        _private("now_ms", "_heap", "_seq"),
-        transient={"on_move": lambda: None, "rank": lambda: None},
-    ),
-    Entry(Account, "account", _private("_token", "_current", "_next")),
-    Entry(IdGenerator, "id_generator", _private("_random", "drawn")),
-    Entry(Deduplication, "dedup_table", _private("window_ms", "_seen", "_ends")),
-    Entry(DeadLetters, "dlq_table", _private("_seq")),
-    Entry(Schedules, "schedule_table", _private("_clock", "_ids", "dedup")),
+    # -- the store and its tables: no dataclasses; each declares what it saves (``Saved``)
+    Entry(Store, "store"),
+    Entry(VirtualClock, "clock"),
+    Entry(Account, "account"),
+    Entry(IdGenerator, "id_generator"),
+    Entry(Deduplication, "dedup_table"),
+    Entry(DeadLetters, "dlq_table"),
+    Entry(Schedules, "schedule_table"),
     Entry(Queues, "queue_table"),
     Entry(FlowKeys, "flow_key_table"),
-    # The store sets its callback on the one it owns (a restored one is that one).
-    Entry(
-        WorkflowRuns,
-        "run_table",
-        _private("runs", "_members"),
-        transient={"on_end": lambda: None},
-    ),
-    Entry(Waiters, "waiter_table", _private("_by_id", "_saved", "_count")),
-    Entry(RejectedCalls, "rejection_table", _private("_kept", "total")),
-    Entry(Trail, "trails", _private("_items", "_start", "dropped")),
-    Entry(
-        Retention,
-        "retention",
-        _private(
-            "log_ms",
-            "dlq_ms",
-            "_events",
-            "_deliveries",
-            "_dlq",
-            "_workflows",
-            "_finished",
-            "_finished_ms",
-            "_runs",
-            "_dead",
-            "forgotten",
-        ),
-        links={
-            "_messages": ("store", "messages"),
-            "_forget_message": ("store", "forget_message"),
-            "_awaits_callbacks": ("store", "awaits_callbacks"),
-        },
-    ),
+    Entry(WorkflowRuns, "run_table"),
+    Entry(Waiters, "waiter_table"),
+    Entry(RejectedCalls, "rejection_table"),
+    Entry(Trail, "trails"),
+    Entry(Retention, "retention"),
     # -- the models: dataclasses, each field as itself unless said here
     Entry(
         Message,
@@ -437,7 +355,7 @@ REGISTRY: tuple[Entry, ...] = (
         (
             Field("created_ms", MILLIS, "created_at"),
             Field("completed_ms", MILLIS, "completed_at"),
-            Field("members", RUN_MESSAGES, "messages", attr="_members"),
+            Field("members", RUN_MESSAGES, "messages"),
         ),
         record="workflow run",
         derived=(

@@ -222,9 +222,9 @@ def models(registry: Iterable[Entry] = REGISTRY) -> dict[type, Model[Any]]:
             )
             # Bound after the model is known: a class may nest itself (not today, but cheap).
             model.fields = tuple(
-                Wire(field.record_name, (field.form or PLAIN).bind(model_of), field.attribute)
+                Wire(field.record_name, (field.form or PLAIN).bind(model_of), field.name)
                 for field in entry.all_fields
-                if field.attribute not in entry.left_out
+                if field.name not in entry.left_out
             )
             model.derived = tuple(
                 dataclasses.replace(extra, kind=extra.kind.bind(model_of))

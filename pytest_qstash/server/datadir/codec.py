@@ -123,37 +123,18 @@ class SavedError(Exception):
 @dataclasses.dataclass(frozen=True)
 class Kind:
     """A class whose objects are saved, field by field, under ``name``: its registry entry
-    (``fields.REGISTRY``) as the data dir reads it."""
+    (``fields.REGISTRY``) as the data dir reads it. A dataclass's fields are read and set
+    as themselves; a table (``engine.saved.Saved``) gives and takes its fields by their
+    public names (``saved_fields``, ``restore_fields``)."""
 
     name: str
     cls: type
-    #: Per saved field: its key in a row (its public name) and the attribute that holds it.
-    saved: tuple[tuple[str, str], ...]
-    #: Fields not saved, and what they are on load (a cache, a callback the owner sets).
-    transient: Mapping[str, Callable[[], Any]] = dataclasses.field(default_factory=dict)
-    #: Fields that are another object's collection, the very same one (not saved; on load,
-    #: that root's attribute): field -> (root name, attribute).
-    links: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    #: The saved fields' keys in a row: the data dir's schema.
+    fields: tuple[str, ...]
 
     @classmethod
     def of(cls, entry: Entry) -> Kind:
-        skipped = set(entry.transient) | set(entry.links)
-        saved = tuple(
-            (field.name, field.attribute)
-            for field in entry.all_fields
-            if field.attribute not in skipped
-        )
-        return cls(entry.table, entry.cls, saved, entry.transient, entry.links)
-
-    @functools.cached_property
-    def fields(self) -> tuple[str, ...]:
-        """The saved fields' keys: the data dir's schema."""
-        return tuple(key for key, _ in self.saved)
-
-    @functools.cached_property
-    def declared(self) -> tuple[str, ...]:
-        """The attributes that hold the saved fields."""
-        return tuple(attribute for _, attribute in self.saved)
+        return cls(entry.table, entry.cls, tuple(field.name for field in entry.all_fields))
 
     @functools.cached_property
     def dataclass(self) -> bool:
@@ -176,26 +157,27 @@ class Kind:
         ``__init__``. A restart sets every field of every object: a loop over a plan per
         field took most of it. The code is made of the class's own field names only; nothing
         of a row is in it. None for the other kinds (the generic loop in ``Decoder.fill``)."""
-        if not self.dataclass or self.mapping or self.transient or self.links:
+        if not self.dataclass or self.mapping:
             return None
         return codegen.filler(self.cls, self.field_defaults, _MISSING, _SCALARS, _MissingField)
 
     @functools.cached_property
     def field_defaults(self) -> tuple[tuple[str, str, Any, Callable[[], Any] | None], ...]:
-        """Per saved field: its key, its attribute, the shared default a row that leaves it
-        out takes (a plain value, never a list or dict; else ``_MISSING``), and what makes
-        its default otherwise (None: the field has none, a row must have it)."""
+        """Per saved field: its key, its attribute (a dataclass's: the same), the shared
+        default a row that leaves it out takes (a plain value, never a list or dict; else
+        ``_MISSING``), and what makes its default otherwise (None: the field has none, a row
+        must have it)."""
         plan = []
-        for key, attribute in self.saved:
-            shared = self.plain_defaults.get(attribute, _MISSING)
+        for key in self.fields:
+            shared = self.plain_defaults.get(key, _MISSING)
             if type(shared) in (list, dict):
                 shared = _MISSING
-            plan.append((key, attribute, shared, self.defaults.get(attribute)))
+            plan.append((key, key, shared, self.defaults.get(key)))
         return tuple(plan)
 
     @functools.cached_property
     def plain_defaults(self) -> dict[str, Any]:
-        """Fields (by attribute) whose default is a plain value (or an empty list or dict):
+        """Fields whose default is a plain value (or an empty list or dict):
         a row leaves them out while they hold it, which keeps rows small."""
         plain: dict[str, Any] = {}
         for name, make in self.defaults.items():
@@ -282,20 +264,23 @@ class Encoder:
         kind = self._by_class[type(obj)]
         plain, value = kind.plain_defaults, self.value
         fields = {}
-        for key, attribute in kind.saved:
-            v = getattr(obj, attribute)
-            if attribute in plain:
-                default = plain[attribute]
-                if v is default or (type(v) is type(default) and v == default):
-                    continue
-            fields[key] = value(v)
-        if not kind.dataclass and hasattr(obj, "__dict__"):
-            unknown = set(vars(obj)) - set(kind.declared) - set(kind.transient) - set(kind.links)
+        if kind.dataclass:
+            for key in kind.fields:
+                v = getattr(obj, key)
+                if key in plain:
+                    default = plain[key]
+                    if v is default or (type(v) is type(default) and v == default):
+                        continue
+                fields[key] = value(v)
+        else:
+            unknown = obj.undeclared_attributes()
             if unknown:
                 raise CodecError(
                     f"{type(obj).__qualname__} has fields the data dir does not know: "
-                    f"{sorted(unknown)} (declare them in fields.REGISTRY, bump SCHEMA)"
+                    f"{unknown} (declare them in its SAVED or UNSAVED, bump SCHEMA)"
                 )
+            for key, v in obj.saved_fields().items():
+                fields[key] = value(v)
         if kind.mapping:
             fields["$items"] = self._dict(obj)
         self.rows.setdefault(kind.name, []).append((self._ids[id(obj)], json.dumps(fields)))
@@ -377,21 +362,14 @@ class Decoder:
                         raise CodecError(f"{name} {n}: missing field {exc.args[0]!r}") from None
                 continue
             plan = kind.field_defaults
-            plain_class = not kind.dataclass and "__dict__" in dir(kind.cls)
             for n, fields in rows.items():
                 obj = self._objects[n]
                 if not names.issuperset(fields):
                     unknown = sorted(fields.keys() - names)
                     raise CodecError(f"{name} {n}: unknown fields {unknown}")
-                if plain_class:
-                    kept = {k: getattr(obj, k) for k in kind.transient if hasattr(obj, k)}
-                    vars(obj).clear()
-                    vars(obj).update(kept)
-                for field_name, fresh in kind.transient.items():
-                    if not hasattr(obj, field_name):
-                        set_field(obj, field_name, fresh())
                 get = fields.get
-                for field_name, attribute, shared, make in plan:
+                values = {}
+                for field_name, _, shared, make in plan:
                     v = get(field_name, _MISSING)
                     if v is _MISSING:
                         if shared is not _MISSING:
@@ -402,24 +380,18 @@ class Decoder:
                             raise CodecError(f"{name} {n}: missing field {field_name!r}")
                     elif v is not None and type(v) not in scalars:
                         v = value(v)
-                    set_field(obj, attribute, v)
+                    values[field_name] = v
+                if kind.dataclass:
+                    for field_name, v in values.items():
+                        set_field(obj, field_name, v)
+                else:
+                    obj.restore_fields(values)
                 if kind.mapping:
                     items = value(fields.get("$items", {}))
                     if not isinstance(items, dict):
                         raise CodecError(f"{name} {n}: its items are no mapping")
                     dict.clear(obj)
                     dict.update(obj, items)
-
-    def link(self, roots: Mapping[str, Any]) -> None:
-        """Point linked fields at the roots' collections they share."""
-        for name, rows in self._rows.items():
-            kind = self._by_name[name]
-            for field_name, (root, attribute) in kind.links.items():
-                owner = roots.get(root)
-                for n in rows:
-                    if owner is None or not hasattr(owner, attribute):
-                        raise CodecError(f"{kind.name} {n}: no {root}.{attribute} to share")
-                    object.__setattr__(self._objects[n], field_name, getattr(owner, attribute))
 
     def value(self, v: Any) -> Any:
         t = type(v)
@@ -560,9 +532,7 @@ def decode(
     try:
         decoder = Decoder(document["kinds"], targets, known)
         decoder.fill()
-        decoded = {name: decoder.value(value) for name, value in roots.items()}
-        decoder.link(decoded)
-        return decoded
+        return {name: decoder.value(value) for name, value in roots.items()}
     except CodecError:
         raise
     except Exception as exc:  # whatever a malformed file makes a reader raise: refused
