@@ -67,6 +67,17 @@ def test_start_from_the_marker_and_the_clock_stands_still(qstash: FakeQStash) ->
 
 
 @pytest.mark.parametrize(
+    "start", ["2026-03-01T12:00:00Z", "2026-03-01T12:00:00.250Z", "2026-03-01T12:00:00.999Z"]
+)
+def test_the_app_reads_the_start_to_the_millisecond(start: str) -> None:
+    """Whole seconds and milliseconds alike: the app's wall clock is exactly the fake's."""
+    with FakeQStash(start=start) as fake:
+        assert time.time_ns() == round(fake.now.timestamp() * 1000) * 1_000_000
+        assert datetime.now(timezone.utc) == fake.now
+        assert datetime.now(timezone.utc) == datetime.fromisoformat(start.replace("Z", "+00:00"))
+
+
+@pytest.mark.parametrize(
     "start",
     [
         START,

@@ -81,10 +81,15 @@ class TimeMachineClock:
                 "(time-machine refuses to run under freezegun): use time_library='auto', "
                 "which moves the clock with freezegun then"
             )
-        self._travel = time_machine.travel(_datetime_at(ms), tick=False)
-        # Travelling to an aware datetime would also switch the process's TZ to its zone
-        # (UTC): only the instant is ours to move, the app's local zone stays its own.
-        self._travel.destination_tzname = None
+        if ms % 1000 == 0:
+            # Whole seconds (where the fake starts by default): exact as an integer, and
+            # several times cheaper for time-machine to read than a datetime.
+            self._travel = time_machine.travel(ms // 1000, tick=False)
+        else:
+            self._travel = time_machine.travel(_datetime_at(ms), tick=False)
+            # Travelling to an aware datetime would also switch the process's TZ to its zone
+            # (UTC): only the instant is ours to move, the app's local zone stays its own.
+            self._travel.destination_tzname = None
         self._traveller = self._travel.start()
         self._ms = ms
 
