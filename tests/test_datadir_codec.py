@@ -22,7 +22,12 @@ from pytest_qstash.server.datadir import codec as codec
 
 #: The fingerprint of the saved classes' fields, per schema. A change of fields without a new
 #: SCHEMA fails ``test_the_saved_fields_are_those_of_the_schema``.
-FINGERPRINTS = {2: "886dbadfbd4f7571", 3: "224585d67c06e0c3", 4: "17cef6e2b199eaf8"}
+FINGERPRINTS = {
+    2: "886dbadfbd4f7571",
+    3: "224585d67c06e0c3",
+    4: "17cef6e2b199eaf8",
+    5: "5506efbdd250d193",
+}
 
 
 class App:
@@ -304,6 +309,12 @@ def test_a_restored_retention_goes_on_forgetting(qstash: FakeQStash, client: QSt
     assert sorted(store.messages) == sorted(qstash.store.messages)
     assert ids["dead"] not in store.messages
     assert len(store.events) == len(qstash.store.events)
+
+
+def test_a_schema_4_run_is_migrated_to_keep_no_wait_deadline() -> None:
+    document: dict[str, Any] = {"kinds": {"workflow_runs": {"1": {"run_id": "wfr_1"}}}}
+    codec.migrate(document, 4)
+    assert document["kinds"]["workflow_runs"]["1"] == {"run_id": "wfr_1", "wait_deadlines": {}}
 
 
 def test_a_schema_3_store_is_migrated_to_hold_back_no_message() -> None:

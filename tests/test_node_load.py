@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 from cli_runs import run_command
 from node_support import NODE_DIR, node_packages
 
@@ -79,3 +80,47 @@ def test_typescript_runs_exported_and_loaded_go_on_to_the_same_outputs(tmp_path:
         assert server.now == datetime.fromisoformat(exported_at.replace("Z", "+00:00"))
         assert _outputs(server, ids) == at_export  # each run at its recorded step
         assert _finish(server, ids) == left_alone
+
+
+def test_a_loaded_wait_times_out_when_it_would_have(tmp_path: Path) -> None:
+    """A run waiting for an event nobody sends is exported a day into its seven-day wait:
+    loaded, it asks for the wait again, which keeps the deadline the export recorded, so it
+    times out six days later, as it would have on QStash (not seven days after the load)."""
+    node_packages()
+    path = tmp_path / "runs.json"
+    with (
+        ServerProcess.start(clock="virtual", args=["--credentials-from-env"]) as server,
+        NodeApp.start_script(SCRIPT, cwd=NODE_DIR, env=server.env) as app,
+    ):
+        run_id = server.trigger(f"{app.url}/wait", {"eventId": "never"})
+        server.advance("1d")
+        _export(server, path)
+        [recorded] = [
+            step
+            for page in json.loads(path.read_text())["workflow_runs"]  # QStash's answers
+            for run in page["runs"]
+            for group in run["steps"]
+            if group["type"] == "next"
+            for step in group["steps"]
+            if step.get("waitEventId") == "never"
+        ]
+        server.reset()
+        server.load(path)
+        server.tick()  # the run resumes from its last step and waits again
+        logs = httpx.get(
+            f"{server.url}/v2/workflows/logs",
+            params={"workflowRunId": run_id},
+            headers={"Authorization": f"Bearer {server.token}"},
+        ).json()
+        [waiting] = [
+            step
+            for group in logs["runs"][0]["steps"]
+            if group["type"] == "next"
+            for step in group["steps"]
+            if step.get("waitEventId") == "never"
+        ]
+        assert waiting["waitTimeoutDeadline"] == recorded["waitTimeoutDeadline"]
+        server.advance("6d")
+        run = server.runs.one(run_id=run_id)
+        assert run.state == "RUN_SUCCESS", run
+        assert [s.name for s in run.steps][-1] == "after"

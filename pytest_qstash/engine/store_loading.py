@@ -10,7 +10,7 @@ is taken in as it ended, never delivered again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import httpx
@@ -129,11 +129,15 @@ class LoadVerbs:
         created_ms: int,
         settings: RunSettings,
         members: Iterable[RecordedRunMessage],
+        wait_deadlines: Mapping[str, int] | None = None,
     ) -> WorkflowRun:
         """A workflow run at its recorded step: the messages delivered are its history, the
         pending ones are planned as QStash would deliver them (each carrying the run's steps
-        so far), so the next ``tick`` resumes it in the app mounted at its URL."""
+        so far), so the next ``tick`` resumes it in the app mounted at its URL. A wait in
+        progress (``wait_deadlines``: event id to its deadline) keeps its deadline when the
+        app asks for it again."""
         run = self.workflows.start(run_id, url, created_ms, settings)
+        run.wait_deadlines.update(wait_deadlines or {})
         for member in members:
             recorded = member.message
             if not member.pending:

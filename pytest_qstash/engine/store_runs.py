@@ -43,6 +43,9 @@ class RunVerbs:
         waiter = new_waiter(
             run, event_id, body, headers, now, self.waiters.new_id(), options, timeout_options
         )
+        recorded = run.take_wait_deadline(event_id)
+        if recorded is not None:  # a loaded run waits again: it times out when it would have
+            waiter.deadline_ms = max(recorded, now)
         saved = self.waiters.take_saved(run.run_id, event_id)
         if saved is not None:
             return _resume(self, waiter, saved, cause)

@@ -111,6 +111,9 @@ class WorkflowRun:
     #: Step publishes of this run the API refused (``"<status> <error>"``): the SDK reads
     #: such an answer as a cancelled run, so the report shows them.
     refused: list[str] = field(default_factory=list, repr=False)
+    #: When its waits in progress timed out, by event id, as an export recorded them
+    #: (``qstash.load``): the run's next wait for that event keeps the deadline.
+    wait_deadlines: dict[str, int] = field(default_factory=dict, repr=False)
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -153,6 +156,10 @@ class WorkflowRun:
         """Every message of the run with the call type it joined under (``step``,
         ``toCallback``, ``fromCallback``, ``failureCall``), in publish order."""
         return [(member.message, member.call_type) for member in self.members]
+
+    def take_wait_deadline(self, event_id: str) -> int | None:
+        """The recorded deadline of its wait for ``event_id``, once (None: none recorded)."""
+        return self.wait_deadlines.pop(event_id, None) if self.wait_deadlines else None
 
     def add_message(self, message: Message, call_type: str) -> int:
         """Append a message to the run's list, nothing else, and return its position: how a

@@ -143,7 +143,14 @@ class LoadPlan:
         for letter in self.dead_letters:
             store.load_dead_letter(letter.message, letter.dlq_id, letter.created_ms, letter.answer)
         for run in self.runs:
-            loaded = store.load_run(run.run_id, run.url, run.created_ms, run.settings, run.members)
+            loaded = store.load_run(
+                run.run_id,
+                run.url,
+                run.created_ms,
+                run.settings,
+                run.members,
+                run.wait_deadlines,
+            )
             if run.failed is not None:
                 letter = run.failed
                 entry = store.load_dead_letter(

@@ -4,15 +4,16 @@ A run in progress is loaded at its recorded step: its delivered messages are its
 the message QStash would deliver next (a sleep's step, a step being retried) is planned as
 recorded, carrying the run's steps so far. A run whose next move is not a step of its own
 (waiting for an event, a ``context.call`` in flight) resumes from its last step: the app's
-route replays the steps and asks for the wait or the call again. A failed run (in the
-workflow DLQ) is loaded whole, its dead letter in the failed message's place, so the workflow
-DLQ's resume and restart work on it.
+route replays the steps and asks for the wait or the call again; a wait keeps the deadline
+recorded (``waitTimeoutDeadline``), so it times out when it would have on QStash. A failed
+run (in the workflow DLQ) is loaded whole, its dead letter in the failed message's place, so
+the workflow DLQ's resume and restart work on it.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..engine.run_settings import RunSettings
@@ -50,6 +51,8 @@ class RecordedRun:
     #: A failed run: the dead letter that failed it and when it ended.
     failed: DeadLetter | None = None
     ended_ms: int = 0
+    #: The deadlines of its waits in progress, by event id.
+    wait_deadlines: dict[str, int] = field(default_factory=dict)
 
 
 def read_workflows(root: At, now_ms: int) -> tuple[list[DeadLetter], list[RecordedRun]]:
@@ -102,12 +105,15 @@ def _run(entry: At, now_ms: int, *, active: bool) -> RecordedRun:
     plans: list[RecordedRunMessage] = []
     results: list[RecordedRunMessage] = []
     pending: dict[str, int] = {}
+    deadlines: dict[str, int] = {}
     for group in entry.key("steps").items("step groups"):
         group = group.obj()
         kind = group.text("type")
         for step in group.key("steps").items("steps"):
             step = step.obj()
             if kind == "next":
+                if step.has("waitEventId") and step.has("waitTimeoutDeadline"):
+                    deadlines[step.text("waitEventId")] = step.moment("waitTimeoutDeadline")
                 if step.has("messageId"):
                     message_id = step.text("messageId")
                     pending[message_id] = step.moment("nextDeliveryTime", default=now_ms)
@@ -147,7 +153,7 @@ def _run(entry: At, now_ms: int, *, active: bool) -> RecordedRun:
         ]
     first = members[0].message.options
     settings = RunSettings.of(first).with_options(label=",".join(labels_of(entry)) or None)
-    return RecordedRun(run_id, url, created, settings, members)
+    return RecordedRun(run_id, url, created, settings, members, wait_deadlines=deadlines)
 
 
 #: Step types whose entry among what is next is an outcome still awaited, not a result.

@@ -34,8 +34,8 @@ from ..forms import TAGGED, UNTAGGED
 #: public field (or a kind comes or goes), and add a migration from the previous one to
 #: MIGRATIONS. (1 was the pickled layout of pytest-qstash 0.1, which is not read; 2 named the
 #: private attributes of the store's tables, 3 their public names, 4 added the messages a server
-#: holds back.)
-SCHEMA = 4
+#: holds back, 5 the recorded deadlines of a loaded run's waits.)
+SCHEMA = 5
 
 #: Plain data, as read from a data dir: ``meta``, ``roots`` (name: value) and ``kinds``
 #: (kind: {row id: {field: value}}).
@@ -110,6 +110,17 @@ def _to_schema_4(document: Document) -> None:
 
 
 MIGRATIONS[3] = _to_schema_4
+
+
+def _to_schema_5(document: Document) -> None:
+    """Schema 5 adds ``WorkflowRun.wait_deadlines`` (the deadlines an export recorded for a
+    loaded run's waits): a run saved before had none."""
+    for fields in document["kinds"].get("workflow_runs", {}).values():
+        if type(fields) is dict:
+            fields.setdefault("wait_deadlines", {})
+
+
+MIGRATIONS[4] = _to_schema_5
 
 
 class CodecError(ValueError):
