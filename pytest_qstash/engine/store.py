@@ -144,9 +144,10 @@ class Store(RunVerbs, ResourceVerbs, LoadVerbs, PlanChecks, Admission, Saved):
     def restored(self) -> None:
         # The tables it owns call it, and its retention reads its messages, as when built.
         self.workflows.tell_weakly(self._run_ended)
-        if self.retention is not None:
-            self.retention.attach(self.messages, self.forget_message, self.awaits_callbacks)
-            self.clock.on_move = self.retention.expire
+        retention = self.retention
+        if retention is not None:
+            retention.attach(self.messages, self.forget_message, self.awaits_callbacks)
+        self.clock.on_move = retention.expire if retention is not None else None
 
     @property
     def dedup_window_ms(self) -> int:
