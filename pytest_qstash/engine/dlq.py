@@ -18,11 +18,16 @@ class DeadLetters(dict[str, DlqEntry], Saved):
         super().__init__()
         self._seq = 0
 
-    def add(self, message: Message, result: AttemptResult, now_ms: int) -> DlqEntry:
-        """The entry of a message that failed for good with ``result``."""
-        self._seq += 1
+    def add(
+        self, message: Message, result: AttemptResult, now_ms: int, dlq_id: str | None = None
+    ) -> DlqEntry:
+        """The entry of a message that failed for good with ``result``; ``dlq_id``: a
+        recorded one's (``qstash.load``), else the next of this DLQ's own."""
+        if dlq_id is None:
+            self._seq += 1
+            dlq_id = f"{now_ms}-{self._seq}"
         entry = DlqEntry(
-            dlq_id=f"{now_ms}-{self._seq}",
+            dlq_id=dlq_id,
             message=message,
             created_ms=now_ms,
             response_status=result.status,

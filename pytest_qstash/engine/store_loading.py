@@ -11,10 +11,9 @@ is taken in as it ended, never delivered again.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import httpx
-
+from .attempts import AttemptResult
 from .engine import Engine
 from .models import DlqEntry, Message, MessageState
 from .options import MessageOptions
@@ -42,16 +41,6 @@ class RecordedMessage:
     endpoint_name: str | None = None
     schedule_id: str | None = None
     caller_ip: str = "127.0.0.1"
-
-
-@dataclass(frozen=True, slots=True)
-class RecordedAnswer:
-    """The last answer a dead letter got (or why it got none)."""
-
-    status: int | None
-    headers: httpx.Headers = field(default_factory=httpx.Headers)
-    content: bytes = b""
-    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,22 +94,11 @@ class LoadVerbs:
         recorded: RecordedMessage,
         dlq_id: str,
         created_ms: int,
-        answer: RecordedAnswer,
+        answer: AttemptResult,
     ) -> DlqEntry:
         """A message that failed into the DLQ, with the last answer it got: ``retry``
         publishes it again, ``delete`` drops it, as for one that failed here."""
-        message = _ended(self, recorded, "FAILED")
-        entry = DlqEntry(
-            dlq_id=dlq_id,
-            message=message,
-            created_ms=created_ms,
-            response_status=answer.status,
-            response_headers=answer.headers,
-            response_content=answer.content,
-            error=answer.error,
-        )
-        self.dlq[dlq_id] = entry
-        return entry
+        return self.dlq.add(_ended(self, recorded, "FAILED"), answer, created_ms, dlq_id)
 
     def load_run(
         self: Engine,

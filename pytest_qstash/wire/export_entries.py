@@ -22,9 +22,10 @@ from typing import Any
 
 import httpx
 
+from ..engine.attempts import AttemptResult
 from ..engine.deliverable import Undeliverable, checked_url
 from ..engine.options import LATEST_MS, InvalidOption, MessageOptions
-from ..engine.store_loading import RecordedAnswer, RecordedMessage
+from ..engine.store_loading import RecordedMessage
 from .publish_headers import parse_options
 
 #: The export format's versions this release reads.
@@ -329,10 +330,11 @@ def recorded_message(entry: At, *, url_key: str = "url") -> RecordedMessage:
     )
 
 
-def recorded_answer(entry: At) -> RecordedAnswer:
+def recorded_answer(entry: At) -> AttemptResult:
+    """The last answer a dead letter got (or why it got none)."""
     status = entry.number("responseStatus", default=0)
     headers = entry.header_items("responseHeader") or entry.header_items("responseHeaders")
-    return RecordedAnswer(
+    return AttemptResult(
         status=status or None,  # 0: no answer (a network error), as the DLQ shows one
         headers=httpx.Headers(headers),
         content=entry.body("responseBody"),

@@ -16,8 +16,9 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..engine.attempts import AttemptResult
 from ..engine.run_settings import RunSettings
-from ..engine.store_loading import RecordedAnswer, RecordedMessage, RecordedRunMessage
+from ..engine.store_loading import RecordedMessage, RecordedRunMessage
 from ..engine.workflows import STEP
 from .export_entries import (
     At,
@@ -38,7 +39,8 @@ class DeadLetter:
     dlq_id: str
     message: RecordedMessage
     created_ms: int
-    answer: RecordedAnswer
+    #: The last answer it got (or why it got none).
+    answer: AttemptResult
 
 
 @dataclass
