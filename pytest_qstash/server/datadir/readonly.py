@@ -5,17 +5,14 @@ no other server changes the files while this one shows them."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from . import journal
 from .errors import PersistenceError
 from .lock import unlock
-from .persistence import DataDir
+from .persistence import DataDir, InMemory
 from .served import Served
 
 
@@ -30,15 +27,10 @@ class ReadOnlyDataDir(DataDir):
             )
         super().__init__(path, explicit)
 
-    def api_call(
-        self, app: Served, request: httpx.Request
-    ) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()
-
-    def control(
-        self, app: Served, request: httpx.Request, action: str
-    ) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()
+    # Nothing journaled, nothing reset on disk: as when no data dir is used.
+    api_call = InMemory.api_call
+    control = InMemory.control
+    reset = InMemory.reset
 
     def started(self, app: Served) -> None:
         """Replay the journals the snapshot does not cover, in memory."""
@@ -50,9 +42,6 @@ class ReadOnlyDataDir(DataDir):
 
     async def stopped(self, app: Served) -> None:
         unlock(self._lock)
-
-    def reset(self) -> None:
-        pass
 
     def status(self) -> dict[str, Any] | None:
         return {"path": str(self.path), "error": None, "read_only": True}
