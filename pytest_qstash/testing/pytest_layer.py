@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 import types
 import warnings
-from collections.abc import Generator, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
@@ -346,6 +346,15 @@ def _settings(request: pytest.FixtureRequest) -> dict[str, Any]:
     return settings
 
 
+_T = TypeVar("_T")
+
+
+def _first_ten(items: Sequence[_T], line: Callable[[_T], str]) -> list[str]:
+    """A line for each of the first ten ``items``, and how many more there are."""
+    more = [f"  ... and {len(items) - 10} more"] if len(items) > 10 else []
+    return [line(item) for item in items[:10]] + more
+
+
 def _strict_teardown_problem(fake: FakeQStash) -> str | None:
     """What a test left behind that ``strict_teardown`` fails it for, or None."""
     due, unread = fake.left_behind()
@@ -356,19 +365,20 @@ def _strict_teardown_problem(fake: FakeQStash) -> str | None:
     ]
     if due:
         lines.append(f"{len(due)} message(s) due but never delivered:")
-        lines += [
-            f"  {m.message_id} {m.method} {m.url} {m.state} due since {m.not_before.isoformat()}"
-            for m in due[:10]
-        ]
-        lines += [f"  ... and {len(due) - 10} more"] if len(due) > 10 else []
+        lines += _first_ten(
+            due,
+            lambda m: (
+                f"  {m.message_id} {m.method} {m.url} {m.state} due since "
+                f"{m.not_before.isoformat()}"
+            ),
+        )
         lines.append("  deliver them with qstash.tick(), advance(...) or drain()")
     if unread:
         lines.append(f"{len(unread)} DLQ entr{'y' if len(unread) == 1 else 'ies'} nobody read:")
-        lines += [
-            f"  {e.dlq_id} {e.message_id} {e.url} response_status={e.response_status}"
-            for e in unread[:10]
-        ]
-        lines += [f"  ... and {len(unread) - 10} more"] if len(unread) > 10 else []
+        lines += _first_ten(
+            unread,
+            lambda e: f"  {e.dlq_id} {e.message_id} {e.url} response_status={e.response_status}",
+        )
         lines.append("  read qstash.dlq (or list the DLQ through the API) in the test")
     lines.append(
         "(on for this test by @pytest.mark.qstash(strict_teardown=True) or the ini option "
